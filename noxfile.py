@@ -1,0 +1,98 @@
+"""Developer and CI sessions. The README's test command is `nox -s tests rust lint docs`.
+
+tests   build and install every package as a wheel into a fresh venv, run all Python tests (CPU)
+rust    cargo fmt --check, clippy -D warnings, cargo test
+native  build the C++ driver module alone with warnings as errors
+lint    ruff check, ruff format --check, mypy on the public modules
+docs    every PYGPUKIT_* variable the code reads is documented; relative links resolve
+gpu     on the GPU machine (no Rust, no network): install with a prebuilt _rt, run every test
+        and the benchmark; see scripts/device-check.sh
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+from pathlib import Path
+
+import nox
+
+ROOT = Path(__file__).parent
+PLUGINS = ["gemm", "nn", "llm", "audio", "triton"]
+TEST_DIRS = [
+    "packages/pygpukit-core/tests",
+    *[f"packages/pygpukit-{p}/tests" for p in PLUGINS],
+    "native-libs/driver/tests",
+    "tests-integration",
+]
+nox.options.default_venv_backend = "uv|virtualenv"
+nox.options.sessions = ["tests", "rust", "lint", "docs"]
+
+
+def _install_packages(session: nox.Session, *extra: str) -> None:
+    session.install("./packages/pygpukit-core", *extra)
+    session.install(*[f"./packages/pygpukit-{p}" for p in PLUGINS], "--no-deps")
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """All Python tests on the CPU backend, against the installed wheels (not the source tree)."""
+    _install_packages(session)
+    session.install("pytest>=8", "hypothesis>=6")
+    session.run("pytest", "-q", *TEST_DIRS, *session.posargs, env={"PYGPUKIT_CACHE_DIR": str(ROOT / ".nox" / "kernel-cache")})
+
+
+@nox.session(venv_backend="none")
+def rust(session: nox.Session) -> None:
+    session.run("cargo", "fmt", "--all", "--check", external=True)
+    session.run("cargo", "clippy", "--workspace", "--all-targets", "--locked", "--", "-D", "warnings", external=True)
+    session.run("cargo", "test", "--workspace", "--locked", external=True)
+
+
+@nox.session
+def native(session: nox.Session) -> None:
+    """Configure and build the C++ module alone (warnings are errors in its CMakeLists)."""
+    session.install("pybind11>=2.12", "nvidia-cuda-runtime>=13.0", "cmake>=3.18", "ninja")
+    build = ROOT / ".nox" / "native-build"
+    pybind_dir = session.run("python", "-m", "pybind11", "--cmakedir", silent=True).strip()
+    session.run("cmake", "-S", "native-libs/driver/tests/standalone", "-B", str(build), "-G", "Ninja",
+                f"-Dpybind11_DIR={pybind_dir}", f"-DPython_EXECUTABLE={session.bin}/python")  # fmt: skip
+    session.run("cmake", "--build", str(build))
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    session.install("ruff>=0.6", "mypy>=1.10", "numpy", "ml_dtypes")
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+    session.run("mypy", "packages/pygpukit-core/src/pygpukit")
+
+
+@nox.session(venv_backend="none")
+def docs(session: nox.Session) -> None:
+    """Every PYGPUKIT_* environment variable read by the code is documented in the README,
+    and every relative link in the Markdown files points at a file that exists."""
+    code = ""
+    for f in glob.glob(str(ROOT / "packages/*/src/**/*.py"), recursive=True) + glob.glob(str(ROOT / "native-libs/**/*.cpp"), recursive=True):
+        code += Path(f).read_text()
+    used = set(re.findall(r"PYGPUKIT_[A-Z_]+", code)) - {"PYGPUKIT_DRIVER_TABLE_H"}
+    readme = (ROOT / "README.md").read_text()
+    missing = sorted(v for v in used if v not in readme)
+    if missing:
+        session.error(f"undocumented environment variables (add them to README.md): {missing}")
+    broken = []
+    for md in [ROOT / "README.md", *ROOT.glob("docs/*.md")]:
+        for target in re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", md.read_text()):
+            if not (md.parent / target).exists():
+                broken.append(f"{md.relative_to(ROOT)} -> {target}")
+    if broken:
+        session.error("broken links: " + ", ".join(broken))
+    session.log(f"{len(used)} environment variables documented; links ok")
+
+
+@nox.session(venv_backend="none")
+def gpu(session: nox.Session) -> None:
+    """On the GPU machine: scripts/device-check.sh RESULTS_DIR (uses the machine's own Python)."""
+    out = session.posargs[0] if session.posargs else str(ROOT / "gpu-results")
+    session.run("bash", "scripts/device-check.sh", out, external=True)

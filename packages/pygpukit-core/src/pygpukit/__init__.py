@@ -1,0 +1,56 @@
+"""PyGPUkit: a GPU runtime for Python that needs only the NVIDIA driver.
+
+``import pygpukit as gp`` is cheap: the backend (CUDA, or the CPU simulation
+backend when there is no usable GPU) is chosen on first use.
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+from . import memory
+from ._dtypes import (
+    bfloat16,
+    bool_,
+    float8_e4m3fn,
+    float8_e5m2,
+    float16,
+    float32,
+    float64,
+    int8,
+    int16,
+    int32,
+    int64,
+    result_type,
+    uint8,
+    uint16,
+    uint32,
+    uint64,
+)
+from ._errors import BackendError, CompileError, CudaError, NVRTCError, OutOfMemoryError, PyGPUkitError
+from .array import Device, GPUArray
+from .creation import arange, asarray, empty, from_numpy, full, ones, zeros
+from .info import Info, info
+from .jit import JitKernel, jit
+from .streams import Event, Stream, current_stream, synchronize
+
+
+def backend() -> str:
+    """"cuda" or "cpu" (choosing it now if not chosen yet)."""
+    from . import _runtime
+
+    return _runtime.get().backend
+
+
+def to_numpy(a: GPUArray) -> object:
+    """Copy a GPUArray to a new NumPy array (waits for the current stream)."""
+    return a.to_numpy()
+
+
+__all__ = [
+    "BackendError", "CompileError", "CudaError", "Device", "Event", "GPUArray", "Info", "JitKernel",
+    "NVRTCError", "OutOfMemoryError", "PyGPUkitError", "Stream", "arange", "asarray", "backend",
+    "bfloat16", "bool_", "current_stream", "empty", "float16", "float32", "float64", "float8_e4m3fn",
+    "float8_e5m2", "from_numpy", "full", "info", "int16", "int32", "int64", "int8", "jit", "memory",
+    "ones", "result_type", "synchronize", "to_numpy", "uint16", "uint32", "uint64", "uint8", "zeros",
+]  # fmt: skip

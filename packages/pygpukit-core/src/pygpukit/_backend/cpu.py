@@ -1,0 +1,82 @@
+"""The CPU simulation backend: NumPy over host memory handed out by the Rust pool.
+
+Results are computed with NumPy (and ml_dtypes for bfloat16/float8) with the
+same promotion, casting and accumulation rules as the CUDA kernels.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Any
+
+import numpy as np
+
+from .. import _dtypes
+
+_UFUNCS = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.true_divide}
+
+
+def view(arr: Any) -> np.ndarray:
+    """A NumPy array over the memory of ``arr`` (valid while ``arr`` is alive)."""
+    span = arr.itemsize
+    for dim, st in zip(arr.shape, arr.strides):
+        if dim == 0:
+            span = 0
+            break
+        span += (dim - 1) * abs(st)
+    buf = (ctypes.c_char * span).from_address(arr.data_ptr) if span else bytearray(0)
+    return np.ndarray(arr.shape, dtype=arr.dtype, buffer=buf, strides=arr.strides if span else None)
+
+
+def _accumulator(out_dt: np.dtype) -> np.dtype:
+    # Matches the CUDA reduction: small floats accumulate in float32.
+    if _dtypes.is_float(out_dt) and out_dt.itemsize < 4:
+        return _dtypes.float32
+    return out_dt
+
+
+class CpuOps:
+    name = "cpu"
+
+    def __init__(self, rt: Any) -> None:
+        self.rt = rt
+
+    def from_host(self, dst: Any, src: np.ndarray) -> None:
+        view(dst)[...] = src
+
+    def to_host(self, out: np.ndarray, src: Any) -> None:
+        out[...] = view(src)
+
+    def cast(self, src: Any, out: Any) -> None:
+        with np.errstate(all="ignore"):
+            np.copyto(view(out), view(src), casting="unsafe")
+
+    def fill(self, out: Any, value: Any) -> None:
+        view(out)[...] = np.asarray(value).astype(out.dtype)
+
+    def arange(self, out: Any, start: float | int, step: float | int) -> None:
+        calc = _dtypes.float64 if isinstance(start, float) or isinstance(step, float) else _dtypes.int64
+        idx = np.arange(out.size, dtype=calc)
+        view(out)[...] = (np.asarray(start, calc) + idx * np.asarray(step, calc)).astype(out.dtype)
+
+    # Inputs are converted to the result dtype first, as the kernels do (they
+    # compute in that dtype, or float32 for the 8/16-bit floats, and round once).
+    # Floating-point warnings are silenced: a GPU cannot raise them either.
+    def binary(self, op: str, a: Any, b: Any, out: Any) -> None:
+        dt = out.dtype
+        with np.errstate(all="ignore"):
+            _UFUNCS[op](view(a).astype(dt, copy=False), view(b).astype(dt, copy=False), out=view(out))
+
+    def binary_scalar(self, op: str, a: Any, s: Any, out: Any, scalar_left: bool) -> None:
+        dt = out.dtype
+        x = view(a).astype(dt, copy=False)
+        sv = np.asarray(s).astype(dt)
+        with np.errstate(all="ignore"):
+            if scalar_left:
+                _UFUNCS[op](sv, x, out=view(out))
+            else:
+                _UFUNCS[op](x, sv, out=view(out))
+
+    def sum(self, a: Any, out: Any) -> None:
+        acc = _accumulator(out.dtype)
+        view(out)[...] = np.sum(view(a), dtype=acc).astype(out.dtype)

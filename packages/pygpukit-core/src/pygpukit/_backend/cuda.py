@@ -1,0 +1,248 @@
+"""The CUDA backend: built-in NVRTC kernels launched on the current stream.
+
+Kernel choice per call: contiguous same-shape operands take the vectorized
+``*_contig`` kernels (16-byte accesses when every pointer is aligned), a
+Python scalar takes ``binary_scalar``, anything else (broadcasting, strides)
+takes the ``*_strided`` kernels. Nothing here synchronizes.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+import numpy as np
+
+from .. import _dtypes, kernels
+from ..streams import current_stream_handle
+
+THREADS = 256
+UNROLL = 4  # elementwise.cu kUnroll
+REDUCE_THREADS = 512
+MAX_DIMS = 8
+_OPS = {"add": "pgk::Add", "sub": "pgk::Sub", "mul": "pgk::Mul", "div": "pgk::Div"}
+_C = _dtypes.C_TYPES
+
+# Name expressions of the instantiations; instantiations() below lists a
+# representative set of them for the compile check in CI.
+BINARY_CONTIG = "pgk::binary_contig<{op}, {a}, {b}, {o}, {vec}>"
+BINARY_SCALAR = "pgk::binary_scalar<{op}, {a}, {o}, {vec}, {left}>"
+BINARY_STRIDED = "pgk::binary_strided<{op}, {a}, {b}, {o}>"
+CAST_CONTIG = "pgk::cast_contig<{a}, {o}, {vec}>"
+CAST_STRIDED = "pgk::cast_strided<{a}, {o}>"
+FILL = "pgk::fill<{o}, {vec}>"
+ARANGE = "pgk::arange<{o}, {c}>"
+SUM_PARTIAL = "pgk::sum_partial<{a}, {acc}, {vec}>"
+SUM_FINAL = "pgk::sum_final<{acc}, {o}>"
+
+_PACK_BINARY = struct.Struct("@PPPq")
+_PACK_SCALAR = {code: struct.Struct(f"@P{code}Pq") for code in "?bBhHiIqQfd"}
+_PACK_STRIDED = struct.Struct(f"@PPPq{1 + 4 * MAX_DIMS}q")
+_PACK_CAST = struct.Struct("@PPq")
+_PACK_CAST_STRIDED = struct.Struct(f"@PPq{1 + 4 * MAX_DIMS}q")
+_PACK_FILL = struct.Struct("@P8sq")
+_PACK_ARANGE = {"d": struct.Struct("@Pddq"), "q": struct.Struct("@Pqqq")}
+_PACK_SUM1 = struct.Struct("@PPq")
+_PACK_SUM2 = struct.Struct("@PPi")
+
+
+def compute_dtype(dt: np.dtype) -> np.dtype:
+    """Kernels do arithmetic in this dtype (pgk::compute_t)."""
+    return _dtypes.float32 if _dtypes.is_float(dt) and dt.itemsize < 4 else dt
+
+
+def accumulator(out_dt: np.dtype) -> np.dtype:
+    """The accumulator dtype of sum for a result dtype."""
+    if out_dt == _dtypes.float64:
+        return out_dt
+    if _dtypes.is_float(out_dt):
+        return _dtypes.float32
+    return _dtypes.uint64 if out_dt.kind == "u" else _dtypes.int64
+
+
+def vec_width(*arrays: Any) -> int:
+    """Elements per vector access: 16 bytes of the widest operand, if every pointer allows it."""
+    width = 16 // max(a.dtype.itemsize for a in arrays)
+    while width > 1 and any(a.data_ptr % (a.dtype.itemsize * width) for a in arrays):
+        width //= 2
+    return width
+
+
+def broadcast_strides(arr: Any, shape: tuple[int, ...]) -> list[int]:
+    """Element strides of ``arr`` broadcast to ``shape`` (0 along broadcast dimensions)."""
+    pad = len(shape) - arr.ndim
+    out = [0] * pad
+    for dim, st in zip(arr.shape, arr.strides):
+        out.append(0 if dim == 1 else st // arr.itemsize)
+    return out
+
+
+def _strides_struct(shape: tuple[int, ...], *strides: list[int]) -> list[int]:
+    if len(shape) > MAX_DIMS:
+        raise ValueError(f"pygpukit kernels support at most {MAX_DIMS} dimensions, got {len(shape)}")
+    pad = [0] * (MAX_DIMS - len(shape))
+    fields = [len(shape), *shape, *pad]
+    for st in strides:
+        fields += [*st, *pad]
+    return fields
+
+
+def _grid_for(n: int, per_block: int) -> int:
+    return max(1, -(-n // per_block))
+
+
+class CudaOps:
+    name = "cuda"
+
+    def __init__(self, rt: Any) -> None:
+        self.rt = rt
+        self.sm = rt.sm
+        self.launch = rt.native.launch
+        self.sms = rt.props["multiprocessor_count"]
+        self._fn_cache: dict[tuple, int] = {}
+
+    def _fn(self, file: str, expr: str) -> int:
+        return kernels.function(file, expr, self.sm)
+
+    def _strided_grid(self, n: int) -> int:
+        return min(_grid_for(n, THREADS), self.sms * 32)
+
+    # -- transfers -----------------------------------------------------------
+    def from_host(self, dst: Any, src: np.ndarray) -> None:
+        self.rt.native.memcpy_htod(dst.data_ptr, src, current_stream_handle())
+
+    def to_host(self, out: np.ndarray, src: Any) -> None:
+        self.rt.native.memcpy_dtoh(out, src.data_ptr, current_stream_handle())
+
+    # -- elementwise -----------------------------------------------------------
+    def binary(self, op: str, a: Any, b: Any, out: Any) -> None:
+        n = out.size
+        stream = current_stream_handle()
+        if a.is_contiguous and b.is_contiguous and a.shape == b.shape:
+            vec = vec_width(a, b, out)
+            key = (op, a.dtype, b.dtype, out.dtype, vec)
+            fn = self._fn_cache.get(key)
+            if fn is None:
+                expr = BINARY_CONTIG.format(op=_OPS[op], a=_C[a.dtype], b=_C[b.dtype], o=_C[out.dtype], vec=vec)
+                fn = self._fn_cache[key] = self._fn("elementwise", expr)
+            args = _PACK_BINARY.pack(a.data_ptr, b.data_ptr, out.data_ptr, n)
+            self.launch(fn, _grid_for(n, THREADS * UNROLL * vec), 1, 1, THREADS, 1, 1, 0, stream, args)
+            return
+        key = ("strided", op, a.dtype, b.dtype, out.dtype)
+        fn = self._fn_cache.get(key)
+        if fn is None:
+            expr = BINARY_STRIDED.format(op=_OPS[op], a=_C[a.dtype], b=_C[b.dtype], o=_C[out.dtype])
+            fn = self._fn_cache[key] = self._fn("elementwise", expr)
+        fields = _strides_struct(
+            out.shape,
+            broadcast_strides(a, out.shape),
+            broadcast_strides(b, out.shape),
+            broadcast_strides(out, out.shape),
+        )
+        args = _PACK_STRIDED.pack(a.data_ptr, b.data_ptr, out.data_ptr, n, *fields)
+        self.launch(fn, self._strided_grid(n), 1, 1, THREADS, 1, 1, 0, stream, args)
+
+    def binary_scalar(self, op: str, a: Any, s: Any, out: Any, scalar_left: bool) -> None:
+        if not a.is_contiguous:
+            a = a.copy()
+        n = out.size
+        vec = vec_width(a, out)
+        key = ("scalar", op, a.dtype, out.dtype, vec, scalar_left)
+        fn = self._fn_cache.get(key)
+        if fn is None:
+            left = "true" if scalar_left else "false"
+            expr = BINARY_SCALAR.format(op=_OPS[op], a=_C[a.dtype], o=_C[out.dtype], vec=vec, left=left)
+            fn = self._fn_cache[key] = self._fn("elementwise", expr)
+        cdt = compute_dtype(out.dtype)
+        code = cdt.char if cdt.char in _PACK_SCALAR else {"l": "q", "L": "Q"}[cdt.char]
+        # Round to the result dtype first (NumPy casts a weak scalar to it), then widen.
+        value = np.asarray(s).astype(out.dtype).astype(cdt).item()
+        args = _PACK_SCALAR[code].pack(a.data_ptr, value, out.data_ptr, n)
+        self.launch(fn, _grid_for(n, THREADS * UNROLL * vec), 1, 1, THREADS, 1, 1, 0, current_stream_handle(), args)
+
+    def cast(self, src: Any, out: Any) -> None:
+        n = out.size
+        if n == 0:
+            return
+        stream = current_stream_handle()
+        if src.is_contiguous and out.is_contiguous:
+            if src.dtype == out.dtype:
+                self.rt.native.memcpy_dtod(out.data_ptr, src.data_ptr, out.nbytes, stream)
+                return
+            vec = vec_width(src, out)
+            expr = CAST_CONTIG.format(a=_C[src.dtype], o=_C[out.dtype], vec=vec)
+            args = _PACK_CAST.pack(src.data_ptr, out.data_ptr, n)
+            self.launch(self._fn("elementwise", expr), _grid_for(n, THREADS * UNROLL * vec), 1, 1, THREADS, 1, 1, 0, stream, args)
+            return
+        expr = CAST_STRIDED.format(a=_C[src.dtype], o=_C[out.dtype])
+        fields = _strides_struct(out.shape, broadcast_strides(src, out.shape), [0] * out.ndim, broadcast_strides(out, out.shape))
+        args = _PACK_CAST_STRIDED.pack(src.data_ptr, out.data_ptr, n, *fields)
+        self.launch(self._fn("elementwise", expr), self._strided_grid(n), 1, 1, THREADS, 1, 1, 0, stream, args)
+
+    def fill(self, out: Any, value: Any) -> None:
+        n = out.size
+        if n == 0:
+            return
+        raw = _dtypes.scalar_bytes(value, out.dtype)
+        stream = current_stream_handle()
+        if raw.count(raw[0]) == len(raw):  # every byte equal (zeros, -1, ...): memset
+            self.rt.native.memset_d8(out.data_ptr, raw[0], out.nbytes, stream)
+            return
+        vec = vec_width(out)
+        expr = FILL.format(o=_C[out.dtype], vec=vec)
+        args = _PACK_FILL.pack(out.data_ptr, raw.ljust(8, b"\0"), n)
+        self.launch(self._fn("elementwise", expr), _grid_for(n, THREADS * UNROLL * vec), 1, 1, THREADS, 1, 1, 0, stream, args)
+
+    def arange(self, out: Any, start: float | int, step: float | int) -> None:
+        n = out.size
+        if n == 0:
+            return
+        is_float = isinstance(start, float) or isinstance(step, float)
+        ctype, code = ("double", "d") if is_float else ("long long", "q")
+        expr = ARANGE.format(o=_C[out.dtype], c=ctype)
+        args = _PACK_ARANGE[code].pack(out.data_ptr, start, step, n)
+        self.launch(self._fn("elementwise", expr), self._strided_grid(n), 1, 1, THREADS, 1, 1, 0, current_stream_handle(), args)
+
+    # -- reductions -----------------------------------------------------------
+    def sum(self, a: Any, out: Any) -> None:
+        n = a.size
+        acc = accumulator(out.dtype)
+        vec = vec_width(a)
+        stream = current_stream_handle()
+        blocks = max(1, min(self.sms * 4, -(-(n // vec) // REDUCE_THREADS)))
+        partials = self.rt.pool.alloc(blocks * acc.itemsize, stream)
+        f1 = self._fn("reduce", SUM_PARTIAL.format(a=_C[a.dtype], acc=_C[acc], vec=vec))
+        f2 = self._fn("reduce", SUM_FINAL.format(acc=_C[acc], o=_C[out.dtype]))
+        self.launch(f1, blocks, 1, 1, REDUCE_THREADS, 1, 1, 0, stream, _PACK_SUM1.pack(a.data_ptr, partials.ptr, n))
+        self.launch(f2, 1, 1, 1, REDUCE_THREADS, 1, 1, 0, stream, _PACK_SUM2.pack(partials.ptr, out.data_ptr, blocks))
+        # partials returns to the pool on this stream: later work on it is ordered after these kernels.
+
+
+def instantiations() -> dict[str, list[str]]:
+    """Per kernel file, name expressions covering every kernel template with
+    every dtype (same-dtype operands; casts between every pair)."""
+    dts = list(_C)
+    vec = {dt: 16 // dt.itemsize for dt in dts}
+    elementwise: list[str] = []
+    for dt in dts:
+        c = _C[dt]
+        for op in _OPS.values():
+            elementwise.append(BINARY_CONTIG.format(op=op, a=c, b=c, o=c, vec=vec[dt]))
+            elementwise.append(BINARY_STRIDED.format(op=op, a=c, b=c, o=c))
+            for left in ("true", "false"):
+                elementwise.append(BINARY_SCALAR.format(op=op, a=c, o=c, vec=vec[dt], left=left))
+        elementwise.append(FILL.format(o=c, vec=vec[dt]))
+        elementwise += [ARANGE.format(o=c, c=ct) for ct in ("double", "long long")]
+        for other in dts:
+            v = 16 // max(dt.itemsize, other.itemsize)
+            elementwise.append(CAST_CONTIG.format(a=c, o=_C[other], vec=v))
+            elementwise.append(CAST_STRIDED.format(a=c, o=_C[other]))
+    reduce: list[str] = []
+    for dt in dts:
+        acc = accumulator(_dtypes.sum_dtype(dt))
+        reduce.append(SUM_PARTIAL.format(a=_C[dt], acc=_C[acc], vec=vec[dt]))
+        reduce.append(SUM_FINAL.format(acc=_C[acc], o=_C[_dtypes.sum_dtype(dt)]))
+    for acc in (_dtypes.float32, _dtypes.float64, _dtypes.int64, _dtypes.uint64):
+        for dt in dts:
+            reduce.append(SUM_FINAL.format(acc=_C[acc], o=_C[dt]))
+    return {"elementwise": sorted(set(elementwise)), "reduce": sorted(set(reduce))}

@@ -1,0 +1,71 @@
+"""Exception types of pygpukit.
+
+This module imports nothing from pygpukit: the native modules (_native, _rt)
+import it at load time to raise these exact classes.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "PyGPUkitError",
+    "CudaError",
+    "NVRTCError",
+    "CompileError",
+    "OutOfMemoryError",
+    "BackendError",
+]
+
+
+class PyGPUkitError(Exception):
+    """Base class of every error raised by pygpukit itself."""
+
+
+class CudaError(PyGPUkitError, RuntimeError):
+    """A CUDA driver call failed.
+
+    Attributes: ``call`` (the driver function, e.g. ``"cuMemAlloc"``),
+    ``code`` (the CUresult number) and ``name`` (e.g.
+    ``"CUDA_ERROR_ILLEGAL_ADDRESS"``).
+    """
+
+    def __init__(self, message: str, call: str = "", code: int = 0, name: str = "") -> None:
+        super().__init__(message)
+        self.call = call
+        self.code = code
+        self.name = name
+
+
+class NVRTCError(PyGPUkitError, RuntimeError):
+    """NVRTC could not be loaded or failed outside of compiling a source."""
+
+
+class CompileError(NVRTCError):
+    """NVRTC rejected a CUDA source. ``log`` holds NVRTC's full log."""
+
+    def __init__(self, message: str, log: str = "") -> None:
+        super().__init__(message)
+        self.log = log
+
+
+class OutOfMemoryError(PyGPUkitError, MemoryError):
+    """The memory pool could not satisfy a request, even after releasing its cache.
+
+    Attributes: ``requested`` (bytes asked for), ``stats`` (pool stats at
+    the time, a dict) and ``limit`` (the pool's byte limit or None).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        requested: int = 0,
+        stats: dict | None = None,
+        limit: int | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.requested = requested
+        self.stats = dict(stats or {})
+        self.limit = limit
+
+
+class BackendError(PyGPUkitError, RuntimeError):
+    """An operation needs a backend that is not available (for example NVRTC on CPU)."""

@@ -1,0 +1,114 @@
+"""Choosing the backend once per process and holding what it needs.
+
+The CUDA backend needs the native module, a driver, a device and NVRTC;
+when one is missing pygpukit logs once why and falls back to the CPU
+simulation backend, where arrays live in host memory handed out by the same
+Rust pool (through its host driver table) and ops run on NumPy.
+``PYGPUKIT_BACKEND=cpu`` forces the CPU backend.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from ._errors import CudaError, NVRTCError
+
+logger = logging.getLogger("pygpukit")
+
+
+@dataclass
+class Runtime:
+    backend: str  # "cuda" or "cpu"
+    reason: str | None  # why the CPU backend was chosen, None on CUDA
+    pool: Any  # pygpukit._rt.Pool
+    device: int = 0
+    props: dict = field(default_factory=dict)
+    sm: int = 0  # compute capability as major*10 + minor
+    stream: int = 0  # pygpukit's own default stream (never the legacy stream 0 on CUDA)
+    native: Any = None  # pygpukit._native on CUDA
+    ops: Any = None  # the backend implementation (_backend.cuda / _backend.cpu)
+
+
+_lock = threading.Lock()
+_runtime: Runtime | None = None
+
+
+def get() -> Runtime:
+    rt = _runtime
+    if rt is not None:
+        return rt
+    return _init()
+
+
+def _memory_limit() -> int | None:
+    from ._units import parse_bytes
+
+    env = os.environ.get("PYGPUKIT_MEMORY_LIMIT")
+    return parse_bytes(env) if env else None
+
+
+def _try_cuda() -> tuple[Runtime | None, str]:
+    if os.environ.get("PYGPUKIT_BACKEND", "").lower() == "cpu":
+        return None, "PYGPUKIT_BACKEND=cpu"
+    try:
+        from . import _native
+    except ImportError as exc:
+        return None, f"native module pygpukit._native is not available ({exc})"
+    try:
+        _native.init()
+    except CudaError as exc:
+        return None, str(exc) if "not detected" in str(exc) else f"CUDA driver not detected: {exc}"
+    try:
+        if _native.device_count() == 0:
+            return None, "No GPU devices found"
+    except CudaError as exc:
+        return None, f"No GPU devices found ({exc})"
+    from .jit import nvrtc
+
+    try:
+        nvrtc.load()
+    except NVRTCError as exc:
+        return None, f"NVRTC JIT compiler not available: {exc}"
+    from . import _rt
+
+    device = int(os.environ.get("PYGPUKIT_DEVICE", "0"))
+    _native.set_device(device)
+    props = _native.device_properties(device)
+    lo, hi = _native.stream_priority_range()
+    stream = _native.stream_create(0, True)
+    pool = _rt.Pool(_native.driver_table(), _memory_limit())
+    from ._backend import cuda
+
+    rt = Runtime(
+        backend="cuda",
+        reason=None,
+        pool=pool,
+        device=device,
+        props=props,
+        sm=props["major"] * 10 + props["minor"],
+        stream=stream,
+        native=_native,
+    )
+    rt.ops = cuda.CudaOps(rt)
+    return rt, ""
+
+
+def _init() -> Runtime:
+    global _runtime
+    with _lock:
+        if _runtime is not None:
+            return _runtime
+        rt, reason = _try_cuda()
+        if rt is None:
+            from . import _rt
+            from ._backend import cpu
+
+            logger.warning("Falling back to CPU simulation backend: %s", reason)
+            rt = Runtime(backend="cpu", reason=reason, pool=_rt.Pool(_rt.host_table(), _memory_limit()))
+            rt.ops = cpu.CpuOps(rt)
+        _runtime = rt
+        return rt

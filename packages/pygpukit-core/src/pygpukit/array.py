@@ -1,0 +1,297 @@
+"""GPUArray: an n-dimensional array in device memory (host memory on the CPU backend).
+
+Memory always comes from the Rust pool (``gp.memory``) and is returned to it
+when the last array using it goes away. Strides are in bytes, as in NumPy.
+Operations are queued on the current stream and never synchronize, except
+those that return values to the host (``to_numpy``, ``item``, ``repr``,
+``bool``), which wait for the current stream.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Any
+
+import numpy as np
+
+from . import _dtypes, _runtime
+from .streams import current_stream_handle
+
+ADD, SUB, MUL, DIV = "add", "sub", "mul", "div"
+
+
+class Device:
+    """Where an array lives: ``Device("cuda", 0)`` or ``Device("cpu", 0)``."""
+
+    __slots__ = ("type", "index")
+
+    def __init__(self, type: str, index: int = 0) -> None:
+        self.type = type
+        self.index = index
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Device) and (self.type, self.index) == (other.type, other.index)
+
+    def __hash__(self) -> int:
+        return hash((self.type, self.index))
+
+    def __str__(self) -> str:
+        return f"{self.type}:{self.index}" if self.type == "cuda" else "cpu"
+
+    def __repr__(self) -> str:
+        return f"Device({self.type!r}, {self.index})"
+
+
+def _contiguous_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
+    strides = []
+    acc = itemsize
+    for dim in reversed(shape):
+        strides.append(acc)
+        acc *= max(dim, 1)
+    return tuple(reversed(strides))
+
+
+def normalize_shape(shape: Any) -> tuple[int, ...]:
+    if isinstance(shape, (int, np.integer)) and not isinstance(shape, bool):
+        shape = (shape,)
+    try:
+        dims = tuple(operator.index(d) for d in shape)
+    except TypeError:
+        raise TypeError(f"shape must be an int or a sequence of ints, got {shape!r}") from None
+    if any(d < 0 for d in dims):
+        raise ValueError(f"negative dimensions are not allowed, got shape {dims}")
+    return dims
+
+
+class GPUArray:
+    """An array in pygpukit's memory. Create with ``gp.asarray``, ``gp.zeros``, ``gp.from_numpy``..."""
+
+    __slots__ = ("_shape", "_dtype", "_strides", "_ptr", "_block", "_size", "_contig", "__weakref__")
+    __array_priority__ = 100  # NumPy defers binary operators to GPUArray
+
+    _shape: tuple[int, ...]
+    _dtype: np.dtype
+    _strides: tuple[int, ...]
+    _ptr: int
+    _block: Any
+    _size: int
+    _contig: bool
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        raise TypeError("GPUArray cannot be constructed directly; use gp.empty, gp.zeros, gp.asarray or gp.from_numpy")
+
+    @classmethod
+    def _new(cls, shape: tuple[int, ...], dtype: np.dtype, block: Any, ptr: int, strides: tuple[int, ...] | None = None) -> GPUArray:
+        self = object.__new__(cls)
+        self._shape = shape
+        self._dtype = dtype
+        size = 1
+        for d in shape:
+            size *= d
+        self._size = size
+        contig = _contiguous_strides(shape, dtype.itemsize)
+        self._strides = contig if strides is None else strides
+        self._contig = strides is None or strides == contig or size <= 1
+        self._block = block
+        self._ptr = ptr
+        return self
+
+    @classmethod
+    def _empty(cls, shape: tuple[int, ...], dtype: np.dtype) -> GPUArray:
+        size = 1
+        for d in shape:
+            size *= d
+        block = _runtime.get().pool.alloc(size * dtype.itemsize, current_stream_handle())
+        return cls._new(shape, dtype, block, block.ptr)
+
+    # -- properties -----------------------------------------------------
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self._shape
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self._dtype
+
+    @property
+    def ndim(self) -> int:
+        return len(self._shape)
+
+    @property
+    def size(self) -> int:
+        return self._size
+
+    @property
+    def itemsize(self) -> int:
+        return self._dtype.itemsize
+
+    @property
+    def nbytes(self) -> int:
+        return self._size * self._dtype.itemsize
+
+    @property
+    def strides(self) -> tuple[int, ...]:
+        """Strides in bytes, as in NumPy."""
+        return self._strides
+
+    @property
+    def data_ptr(self) -> int:
+        """Address of the first element (device pointer on CUDA, host pointer on CPU)."""
+        return self._ptr
+
+    @property
+    def is_contiguous(self) -> bool:
+        return self._contig
+
+    @property
+    def device(self) -> Device:
+        rt = _runtime.get()
+        return Device("cuda", rt.device) if rt.backend == "cuda" else Device("cpu", 0)
+
+    def __len__(self) -> int:
+        if not self._shape:
+            raise TypeError("len() of unsized object")
+        return self._shape[0]
+
+    # -- host transfer ----------------------------------------------------
+    def to_numpy(self) -> np.ndarray:
+        """Copy to a new NumPy array. Waits for the current stream."""
+        src = self if self._contig else self.copy()
+        out = np.empty(self._shape, dtype=self._dtype)
+        _runtime.get().ops.to_host(out, src)
+        return out
+
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        if copy is False:
+            raise ValueError("a GPUArray cannot be viewed by NumPy without a copy; use copy=None or True")
+        out = self.to_numpy()
+        return out if dtype is None else out.astype(dtype, copy=False)
+
+    def item(self) -> Any:
+        """The single element as a Python scalar. Waits for the current stream."""
+        if self._size != 1:
+            raise ValueError(f"can only convert an array of size 1 to a Python scalar, got size {self._size}")
+        return self.to_numpy().reshape(()).item()
+
+    def __float__(self) -> float:
+        return float(self.item())
+
+    def __int__(self) -> int:
+        return int(self.item())
+
+    def __bool__(self) -> bool:
+        if self._size != 1:
+            raise ValueError("The truth value of an array with more than one element is ambiguous. Use a.any() or a.all()")
+        return bool(self.item())
+
+    # -- copies -----------------------------------------------------------
+    def copy(self) -> GPUArray:
+        """A contiguous copy (queued on the current stream)."""
+        out = GPUArray._empty(self._shape, self._dtype)
+        _runtime.get().ops.cast(self, out)
+        return out
+
+    def astype(self, dtype: Any, copy: bool = True) -> GPUArray:
+        """Convert to ``dtype`` with NumPy's casting (values are converted, not reinterpreted)."""
+        dt = _dtypes.as_dtype(dtype)
+        if dt == self._dtype and not copy:
+            return self
+        out = GPUArray._empty(self._shape, dt)
+        _runtime.get().ops.cast(self, out)
+        return out
+
+    # -- arithmetic ---------------------------------------------------------
+    def __add__(self, other: Any) -> GPUArray:
+        return _binary(ADD, self, other, False)
+
+    def __radd__(self, other: Any) -> GPUArray:
+        return _binary(ADD, self, other, True)
+
+    def __sub__(self, other: Any) -> GPUArray:
+        return _binary(SUB, self, other, False)
+
+    def __rsub__(self, other: Any) -> GPUArray:
+        return _binary(SUB, self, other, True)
+
+    def __mul__(self, other: Any) -> GPUArray:
+        return _binary(MUL, self, other, False)
+
+    def __rmul__(self, other: Any) -> GPUArray:
+        return _binary(MUL, self, other, True)
+
+    def __truediv__(self, other: Any) -> GPUArray:
+        return _binary(DIV, self, other, False)
+
+    def __rtruediv__(self, other: Any) -> GPUArray:
+        return _binary(DIV, self, other, True)
+
+    def sum(self, dtype: Any = None) -> GPUArray:
+        """Sum of all elements as a 0-d array, with NumPy's result dtype (int64 for
+        integer and bool input, uint64 for unsigned). Float input is accumulated in
+        float32 (float64 for float64) in a tree, so the error does not grow with n."""
+        out_dt = _dtypes.sum_dtype(self._dtype) if dtype is None else _dtypes.as_dtype(dtype)
+        src = self if self._contig else self.copy()
+        out = GPUArray._empty((), out_dt)
+        _runtime.get().ops.sum(src, out)
+        return out
+
+    def __repr__(self) -> str:
+        body = np.array2string(self.to_numpy(), separator=", ", prefix="GPUArray(")
+        return f"GPUArray({body}, dtype={self._dtype.name}, device={self.device})"
+
+    __str__ = __repr__
+
+
+_SCALAR_TYPES = (bool, int, float)
+
+
+def _binary(op: str, a: GPUArray, b: Any, reflected: bool) -> GPUArray:
+    if type(b) is GPUArray:
+        return binary(op, b, a) if reflected else binary(op, a, b)
+    if isinstance(b, _SCALAR_TYPES) or isinstance(b, np.generic):
+        return binary_scalar(op, a, b, reflected)
+    if isinstance(b, np.ndarray):
+        from .creation import asarray
+
+        bb = asarray(b)
+        return binary(op, bb, a) if reflected else binary(op, a, bb)
+    return NotImplemented
+
+
+def _out_dtype(op: str, dt: np.dtype) -> np.dtype:
+    if op == DIV and not _dtypes.is_float(dt):
+        return _dtypes.float64
+    return dt
+
+
+def _check_bool_sub(op: str, *dts: np.dtype) -> None:
+    if op == SUB and all(dt == _dtypes.bool_ for dt in dts):
+        raise TypeError("numpy boolean subtract, the `-` operator, is not supported, use the bitwise_xor, the `^` operator, or the logical_xor function instead.")
+
+
+def binary(op: str, a: GPUArray, b: GPUArray) -> GPUArray:
+    """``a <op> b`` elementwise with broadcasting and NumPy type promotion."""
+    _check_bool_sub(op, a._dtype, b._dtype)
+    out_dt = _out_dtype(op, _dtypes.result_type(a._dtype, b._dtype))
+    shape = a._shape if a._shape == b._shape else np.broadcast_shapes(a._shape, b._shape)
+    out = GPUArray._empty(shape, out_dt)
+    if out._size:
+        _runtime.get().ops.binary(op, a, b, out)
+    return out
+
+
+def binary_scalar(op: str, a: GPUArray, s: Any, scalar_left: bool) -> GPUArray:
+    """``a <op> s`` (or ``s <op> a``) for a Python or NumPy scalar ``s``."""
+    if isinstance(s, np.generic):
+        s_dt = _dtypes.as_dtype(s.dtype)
+        _check_bool_sub(op, a._dtype, s_dt)
+        out_dt = _out_dtype(op, _dtypes.result_type(a._dtype, s_dt))
+        s = s.item()
+    else:
+        if isinstance(s, bool):
+            _check_bool_sub(op, a._dtype, _dtypes.bool_)
+        out_dt = _out_dtype(op, _dtypes.result_type(a._dtype, s))
+    out = GPUArray._empty(a._shape, out_dt)
+    if out._size:
+        _runtime.get().ops.binary_scalar(op, a, s, out, scalar_left)
+    return out

@@ -1,0 +1,164 @@
+"""Core benchmarks: copy, add, sum at 2^28 float32; tiny-op host time; pool
+alloc+free; NVRTC cold compile and disk-cache hit; ``import pygpukit`` time."""
+
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+
+import numpy as np
+
+import pygpukit as gp
+
+from . import peers
+from .harness import Recorder, host_time_us, median_time_ms
+
+
+def _impls(quick: bool):
+    """(name, timer, module) for pygpukit and each available peer."""
+    out = [("pygpukit", peers.gp_timer() if gp.backend() == "cuda" else peers.host_timer(), gp)]
+    if gp.backend() == "cuda":
+        torch = peers.torch_cuda()
+        if torch is not None:
+            out.append(("torch", peers.torch_timer(torch), torch))
+        cupy = peers.cupy_cuda()
+        if cupy is not None:
+            out.append(("cupy", peers.cupy_timer(cupy), cupy))
+    else:
+        out.append(("numpy", peers.host_timer(), np))
+    return out
+
+
+def _arrays(name: str, mod, n: int):
+    rng = np.random.default_rng(1)
+    host_a = rng.standard_normal(n, dtype=np.float32)
+    host_b = rng.standard_normal(n, dtype=np.float32)
+    if name == "pygpukit":
+        return gp.from_numpy(host_a), gp.from_numpy(host_b), gp.synchronize
+    if name == "torch":
+        return mod.from_numpy(host_a).cuda(), mod.from_numpy(host_b).cuda(), mod.cuda.synchronize
+    if name == "cupy":
+        return mod.asarray(host_a), mod.asarray(host_b), mod.cuda.Device().synchronize
+    return host_a, host_b, lambda: None
+
+
+def bench_bandwidth(rec: Recorder, quick: bool) -> None:
+    log2 = 24 if quick else 28
+    n = 1 << log2
+    warm, reps = (3, 10) if quick else (5, 30)
+    for name, timer, mod in _impls(quick):
+        a, b, sync = _arrays(name, mod, n)
+        if name == "pygpukit":
+            copy_fn, add_fn, sum_fn = a.copy, lambda: a + b, a.sum
+        elif name == "torch":
+            out = mod.empty_like(a)
+            copy_fn, add_fn, sum_fn = (lambda: out.copy_(a)), (lambda: a + b), a.sum
+        elif name == "cupy":
+            copy_fn, add_fn, sum_fn = a.copy, (lambda: a + b), a.sum
+        else:
+            copy_fn, add_fn, sum_fn = a.copy, (lambda: a + b), a.sum
+        sync()
+        nbytes = n * 4
+        for bench, fn, moved in (("copy", copy_fn, 2 * nbytes), ("add", add_fn, 3 * nbytes), ("sum", sum_fn, nbytes)):
+            ms = median_time_ms(fn, timer, warm, reps)
+            rec.add(f"{bench}_f32_2^{log2}", name, "GB/s", moved / ms / 1e6, True)
+        del a, b
+        if name == "pygpukit":
+            gp.memory.empty_cache()
+        elif name == "torch":
+            mod.cuda.empty_cache()
+        elif name == "cupy":
+            mod.get_default_memory_pool().free_all_blocks()
+
+
+def bench_host_overhead(rec: Recorder, quick: bool) -> None:
+    inner, reps = (200, 5) if quick else (2000, 15)
+    for name, _, mod in _impls(quick):
+        a, b, sync = _arrays(name, mod, 1024)
+        rec.add("tiny_add_1024_host", name, "us", host_time_us(lambda: a + b, sync, inner, reps), False)
+        if name == "pygpukit":
+            alloc = lambda: gp.empty((1 << 18,), gp.float32)  # noqa: E731
+        elif name == "torch":
+            alloc = lambda: mod.empty(1 << 18, dtype=mod.float32, device="cuda")  # noqa: E731
+        elif name == "cupy":
+            alloc = lambda: mod.empty(1 << 18, dtype=mod.float32)  # noqa: E731
+        else:
+            alloc = lambda: np.empty(1 << 18, np.float32)  # noqa: E731
+        rec.add("alloc_free_1MiB_host", name, "us", host_time_us(alloc, sync, inner, reps), False)
+
+
+_JIT_SRC = """
+// nonce %s
+extern "C" __global__ void scale(float* x, float a, long long n) {
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] = a * x[i] + 1.0f;
+}
+"""
+
+
+def bench_jit(rec: Recorder, quick: bool) -> None:
+    from ..jit import compiler, nvrtc
+
+    if not nvrtc.available():
+        return
+    from .._runtime import get
+
+    rt = get()
+    sm = rt.sm if rt.backend == "cuda" else 90
+    reps = 3 if quick else 7
+    load = (lambda b: rt.native.module_load(b.image)) if rt.backend == "cuda" else (lambda b: None)
+
+    def cold() -> float:
+        src = _JIT_SRC % uuid.uuid4().hex
+        t0 = time.perf_counter()
+        load(compiler.compile_source(src, ["scale"], sm))
+        return (time.perf_counter() - t0) * 1e3
+
+    cold()  # first NVRTC use in the process loads its builtins
+    rec.add("jit_cold_compile", "pygpukit", "ms", statistics.median(cold() for _ in range(reps)), False)
+    src = _JIT_SRC % "cache-hit"
+    compiler.compile_source(src, ["scale"], sm)
+
+    def hit() -> float:
+        t0 = time.perf_counter()
+        load(compiler.compile_source(src, ["scale"], sm))
+        return (time.perf_counter() - t0) * 1e3
+
+    rec.add("jit_disk_cache_hit", "pygpukit", "ms", statistics.median(hit() for _ in range(reps * 3)), False)
+    cupy = peers.cupy_cuda() if rt.backend == "cuda" else None
+    if cupy is not None:
+
+        def cupy_cold() -> float:
+            k = cupy.RawKernel(_JIT_SRC % uuid.uuid4().hex, "scale")
+            t0 = time.perf_counter()
+            k.compile()
+            return (time.perf_counter() - t0) * 1e3
+
+        cupy_cold()
+        rec.add("jit_cold_compile", "cupy", "ms", statistics.median(cupy_cold() for _ in range(reps)), False)
+
+
+def bench_import(rec: Recorder, quick: bool) -> None:
+    reps = 3 if quick else 7
+    env = dict(os.environ)
+
+    def run(code: str) -> float:
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, "-c", code], check=True, env=env)
+        return time.perf_counter() - t0
+
+    base = statistics.median(run("pass") for _ in range(reps))
+    t = statistics.median(run("import pygpukit") for _ in range(reps))
+    rec.add("import_pygpukit", "pygpukit", "s", max(t - base, 0.0), False, note="python -c 'import pygpukit' minus an empty interpreter")
+
+
+SUITE = {
+    "bandwidth": bench_bandwidth,
+    "host_overhead": bench_host_overhead,
+    "jit": bench_jit,
+    "import": bench_import,
+}

@@ -1,0 +1,99 @@
+"""Array creation: from host data and from fill patterns (NumPy's defaults: float64, int64)."""
+
+from __future__ import annotations
+
+import math
+import operator
+from typing import Any
+
+import numpy as np
+
+from . import _dtypes, _runtime
+from .array import GPUArray, normalize_shape
+
+
+def empty(shape: Any, dtype: Any = _dtypes.float64) -> GPUArray:
+    """An uninitialized array (its contents are whatever the pool block held)."""
+    return GPUArray._empty(normalize_shape(shape), _dtypes.as_dtype(dtype))
+
+
+def full(shape: Any, fill_value: Any, dtype: Any = None) -> GPUArray:
+    """An array filled with ``fill_value``; dtype inferred from it as NumPy does when None."""
+    if dtype is None:
+        if isinstance(fill_value, GPUArray):
+            raise TypeError("fill_value must be a scalar, not a GPUArray")
+        dtype = np.asarray(fill_value).dtype
+    out = empty(shape, dtype)
+    if not isinstance(fill_value, (bool, int, float, np.generic)):
+        raise TypeError(f"fill_value must be a number, got {type(fill_value).__name__}")
+    _runtime.get().ops.fill(out, fill_value)
+    return out
+
+
+def zeros(shape: Any, dtype: Any = _dtypes.float64) -> GPUArray:
+    return full(shape, 0, dtype)
+
+
+def ones(shape: Any, dtype: Any = _dtypes.float64) -> GPUArray:
+    return full(shape, 1, dtype)
+
+
+def arange(start: Any, stop: Any = None, step: Any = 1, dtype: Any = None) -> GPUArray:
+    """Evenly spaced values in [start, stop): ``arange(stop)``, ``arange(start, stop, step)``."""
+    if stop is None:
+        start, stop = 0, start
+    for name, v in (("start", start), ("stop", stop), ("step", step)):
+        if not isinstance(v, (int, float, np.integer, np.floating)) or isinstance(v, bool):
+            raise TypeError(f"arange: {name} must be a real number, got {type(v).__name__}")
+    if step == 0:
+        raise ValueError("arange: step must not be zero")
+    is_float = any(isinstance(v, (float, np.floating)) for v in (start, stop, step))
+    if is_float:
+        start, stop, step = float(start), float(stop), float(step)
+    else:
+        start, stop, step = operator.index(start), operator.index(stop), operator.index(step)
+    n = max(0, math.ceil((stop - start) / step))
+    dt = _dtypes.as_dtype(dtype) if dtype is not None else (_dtypes.float64 if is_float else _dtypes.int64)
+    out = empty((n,), dt)
+    _runtime.get().ops.arange(out, start, step)
+    return out
+
+
+def from_numpy(array: np.ndarray) -> GPUArray:
+    """Copy a C-contiguous NumPy array to pygpukit memory (queued on the current stream).
+
+    A non-contiguous array raises ValueError: pass it through
+    ``np.ascontiguousarray`` first, or use ``gp.asarray``, which does that for you.
+    """
+    if not isinstance(array, np.ndarray):
+        raise TypeError(f"from_numpy expects a numpy.ndarray, got {type(array).__name__}")
+    dt = _dtypes.as_dtype(array.dtype)
+    if not array.flags.c_contiguous:
+        raise ValueError(
+            f"from_numpy needs a C-contiguous array, got one with shape {array.shape} and strides "
+            f"{array.strides}; use np.ascontiguousarray(a) or gp.asarray(a)"
+        )
+    out = GPUArray._empty(tuple(array.shape), dt)
+    if out.size:
+        _runtime.get().ops.from_host(out, array)
+    return out
+
+
+def asarray(obj: Any, dtype: Any = None, copy: bool | None = None) -> GPUArray:
+    """Convert ``obj`` (GPUArray, NumPy array, scalar or nested sequence) to a GPUArray.
+
+    ``copy=None`` copies only when needed, ``True`` always copies, ``False``
+    raises ValueError when a copy would be needed (any host data needs one).
+    """
+    if isinstance(obj, GPUArray):
+        if dtype is None or _dtypes.as_dtype(dtype) == obj.dtype:
+            return obj.copy() if copy else obj
+        if copy is False:
+            raise ValueError(f"asarray(copy=False) cannot convert {obj.dtype} to {np.dtype(dtype)} without a copy")
+        return obj.astype(dtype)
+    if copy is False:
+        raise ValueError("asarray(copy=False): host data must be copied to pygpukit memory")
+    host = np.asarray(obj, dtype=None if dtype is None else _dtypes.as_dtype(dtype))
+    if host.dtype == object:
+        raise TypeError(f"cannot convert {type(obj).__name__} to a GPUArray: it holds Python objects")
+    return from_numpy(np.ascontiguousarray(host))

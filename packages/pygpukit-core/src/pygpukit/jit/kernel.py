@@ -1,0 +1,144 @@
+"""``gp.jit``: a CUDA C++ kernel from source, compiled by NVRTC, callable on GPUArrays."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from .. import _runtime
+from .._errors import BackendError
+from . import compiler, module, signature
+
+
+def _dim3(value: int | Sequence[int], what: str) -> tuple[int, int, int]:
+    dims = (value,) if isinstance(value, int) else tuple(value)
+    if not 1 <= len(dims) <= 3 or not all(isinstance(d, int) and not isinstance(d, bool) for d in dims):
+        raise TypeError(f"{what} must be an int or a tuple of 1 to 3 ints, got {value!r}")
+    if any(d < 1 for d in dims):
+        raise ValueError(f"{what} dimensions must be >= 1, got {value!r}")
+    return (*dims, 1, 1)[:3]  # type: ignore[return-value]
+
+
+def _template_signature(source: str, expr: str) -> list[signature.Param]:
+    """Parameters of a template kernel instantiation such as ``scale<float, 4>``,
+    by substituting the template's type arguments into its parameter list."""
+    name, _, targs = expr.partition("<")
+    targs = targs.rsplit(">", 1)[0]
+    no_comments = re.sub(r"//[^\n]*|/\*.*?\*/", " ", source, flags=re.S)
+    m = re.search(r"template\s*<([^{;]*?)>\s*__global__[^;{]*?\bvoid\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?" + re.escape(name) + r"\s*\(", no_comments)
+    if m is None:
+        raise ValueError(f"no template kernel '{name}' found in the source; pass signature= explicitly")
+    tparams = [p.strip().split()[-1] for p in signature._split_top_level(m.group(1))]
+    values = [a.strip() for a in signature._split_top_level(targs)]
+    depth, i = 1, m.end()
+    while depth and i < len(no_comments):
+        depth += {"(": 1, ")": -1}.get(no_comments[i], 0)
+        i += 1
+    plist = no_comments[m.end() : i - 1]
+    for tp, val in zip(tparams, values):
+        plist = re.sub(rf"\b{re.escape(tp)}\b", val, plist)
+    return signature.parse_params(plist)
+
+
+class JitKernel:
+    """A kernel compiled at run time. Call it as ``kernel(grid, block, *args, stream=None, shared_mem=0)``.
+
+    ``func`` is the kernel's name, or a name expression for a template
+    instantiation (``"scale<float>"``). Parameter types are read from the
+    source (or from ``signature="float* x, int n"``) and arguments are
+    converted by them: GPUArray, int address or None for pointers, numbers
+    for scalars.
+    """
+
+    def __init__(
+        self,
+        source: str,
+        func: str,
+        *,
+        options: Sequence[str] = (),
+        signature: str | None = None,
+        name: str | None = None,
+    ) -> None:
+        if not isinstance(source, str) or not isinstance(func, str):
+            raise TypeError("jit(source, func): source and func must be str")
+        self.source = source
+        self.func = func
+        self.options = tuple(options)
+        self.program_name = name or f"{func.partition('<')[0]}.cu"
+        if signature is not None:
+            params = _parse(signature)
+        elif "<" in func:
+            params = _template_signature(source, func)
+        else:
+            params = _find(source, func)
+        self.params = params
+        self._packer = _packer(params, func)
+        self._fn: dict[int, int] = {}  # sm -> CUfunction
+
+    def compile(self, sm: int | None = None) -> compiler.Binary:
+        """Compile (or take from the disk cache) for compute capability ``sm``,
+        default the current device's. Works without a GPU when NVRTC is installed."""
+        if sm is None:
+            rt = _runtime.get()
+            if rt.backend != "cuda":
+                raise BackendError(f"compile() needs sm= on the CPU backend ({rt.reason})")
+            sm = rt.sm
+        return compiler.compile_source(self.source, [self.func], sm, self.options, self.program_name)
+
+    def _function(self, rt: _runtime.Runtime) -> int:
+        fn = self._fn.get(rt.sm)
+        if fn is None:
+            fn = self._fn[rt.sm] = module.get_function(self.compile(rt.sm), self.func)
+        return fn
+
+    def attributes(self) -> dict:
+        """Registers, shared/local memory and max threads per block of the compiled kernel."""
+        rt = self._require_cuda()
+        return dict(rt.native.function_attributes(self._function(rt)))
+
+    def _require_cuda(self) -> _runtime.Runtime:
+        rt = _runtime.get()
+        if rt.backend != "cuda":
+            raise BackendError(
+                f"jit kernel {self.func} needs the CUDA backend; pygpukit is running on the CPU "
+                f"simulation backend ({rt.reason}), where kernels cannot run"
+            )
+        return rt
+
+    def __call__(self, grid, block, *args, stream=None, shared_mem: int = 0) -> None:
+        rt = self._require_cuda()
+        g = _dim3(grid, "grid")
+        b = _dim3(block, "block")
+        if b[0] * b[1] * b[2] > 1024:
+            raise ValueError(f"block {b} has {b[0] * b[1] * b[2]} threads; the maximum is 1024")
+        if not isinstance(shared_mem, int) or shared_mem < 0:
+            raise ValueError(f"shared_mem must be a non-negative int, got {shared_mem!r}")
+        packed = self._packer.pack(args)
+        from ..streams import current_stream_handle
+
+        handle = stream.handle if stream is not None else current_stream_handle()
+        rt.native.launch(self._function(rt), g[0], g[1], g[2], b[0], b[1], b[2], shared_mem, handle, packed)
+
+    def __repr__(self) -> str:
+        sig = ", ".join(f"{p.ctype} {p.name}" for p in self.params)
+        return f"<pygpukit.jit kernel {self.func}({sig})>"
+
+
+_parse = signature.parse_params
+_find = signature.find_signature
+_packer = signature.Packer
+
+
+def jit(source: str, func: str, **kwargs) -> JitKernel:
+    """Compile ``func`` from CUDA C++ ``source`` with NVRTC and return a callable kernel.
+
+    Example::
+
+        k = gp.jit(r'''
+        extern "C" __global__ void scale(float* x, float a, int n) {
+            int i = blockIdx.x * blockDim.x + threadIdx.x;
+            if (i < n) x[i] *= a;
+        }''', "scale")
+        k((n + 255) // 256, 256, x, 2.0, n)
+    """
+    return JitKernel(source, func, **kwargs)

@@ -1,0 +1,31 @@
+"""Built-in kernel sources (shipped as package data) and their compiled functions.
+
+Every built-in kernel goes through the same NVRTC path as ``gp.jit``: the
+source file is compiled once per name expression and device architecture,
+kept in the disk cache, and its CUfunction kept in memory.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from importlib import resources
+
+from ..jit import compiler, module
+
+SOURCES = ("elementwise", "reduce")
+_functions: dict[tuple[str, str, int], int] = {}
+
+
+@cache
+def source(name: str) -> str:
+    return (resources.files(__package__) / f"{name}.cu").read_text()
+
+
+def function(name: str, expr: str, sm: int) -> int:
+    """The CUfunction of the instantiation ``expr`` of kernel file ``name``."""
+    key = (name, expr, sm)
+    fn = _functions.get(key)
+    if fn is None:
+        binary = compiler.compile_source(source(name), [expr], sm, program_name=f"{name}.cu")
+        fn = _functions[key] = module.get_function(binary, expr)
+    return fn

@@ -1,0 +1,143 @@
+"""Streams and events.
+
+Every op runs on the current stream: pygpukit's own default stream unless a
+``with stream:`` block (per thread) says otherwise. Nothing synchronizes
+implicitly except reading values back to the host (``to_numpy``, ``item``,
+``repr``, ``bool``). On the CPU backend work is synchronous and streams and
+events are bookkeeping only (timing events still measure host time).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from . import _runtime
+
+_local = threading.local()
+
+
+def current_stream_handle() -> int:
+    stack = getattr(_local, "stack", None)
+    if stack:
+        return stack[-1].handle
+    return _runtime.get().stream
+
+
+class Stream:
+    """A CUDA stream. ``priority``: lower numbers are higher priority (CUDA convention);
+    it is clamped to the device's range (``Stream.priority_range()``)."""
+
+    def __init__(self, priority: int = 0) -> None:
+        if not isinstance(priority, int) or isinstance(priority, bool):
+            raise TypeError(f"priority must be an int, got {type(priority).__name__}")
+        rt = _runtime.get()
+        self._rt = rt
+        self.priority = priority
+        self.handle = rt.native.stream_create(priority, True) if rt.backend == "cuda" else 0
+        self._owned = rt.backend == "cuda"
+
+    @classmethod
+    def _wrap(cls, handle: int) -> Stream:
+        s = cls.__new__(cls)
+        s._rt = _runtime.get()
+        s.priority = 0
+        s.handle = handle
+        s._owned = False
+        return s
+
+    @staticmethod
+    def priority_range() -> tuple[int, int]:
+        """(lowest, highest) priority numbers the device accepts, e.g. (0, -5)."""
+        rt = _runtime.get()
+        return tuple(rt.native.stream_priority_range()) if rt.backend == "cuda" else (0, 0)  # type: ignore[return-value]
+
+    def synchronize(self) -> None:
+        """Block the host until all work queued on this stream is done."""
+        if self._rt.backend == "cuda":
+            self._rt.native.stream_synchronize(self.handle)
+
+    def query(self) -> bool:
+        """True when all work queued on this stream is done."""
+        return self._rt.native.stream_query(self.handle) if self._rt.backend == "cuda" else True
+
+    def wait_event(self, event: Event) -> None:
+        """Make later work on this stream wait for ``event`` (no host synchronization)."""
+        if self._rt.backend == "cuda":
+            self._rt.native.stream_wait_event(self.handle, event.handle)
+
+    def __enter__(self) -> Stream:
+        stack = getattr(_local, "stack", None)
+        if stack is None:
+            stack = _local.stack = []
+        stack.append(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        _local.stack.pop()
+
+    def __del__(self) -> None:
+        if getattr(self, "_owned", False):
+            try:
+                self._rt.native.stream_destroy(self.handle)
+            except Exception:  # interpreter shutdown: the driver may be gone already
+                pass
+
+    def __repr__(self) -> str:
+        return f"<pygpukit.Stream handle=0x{self.handle:x} priority={self.priority}>"
+
+
+def current_stream() -> Stream:
+    """The stream ops on this thread are queued on."""
+    stack = getattr(_local, "stack", None)
+    return stack[-1] if stack else Stream._wrap(_runtime.get().stream)
+
+
+class Event:
+    """A CUDA event; with ``timing=True`` it can measure elapsed time between two records."""
+
+    def __init__(self, timing: bool = False) -> None:
+        rt = _runtime.get()
+        self._rt = rt
+        self.timing = timing
+        self.handle = rt.native.event_create(timing) if rt.backend == "cuda" else 0
+        self._host_time: float | None = None
+
+    def record(self, stream: Stream | None = None) -> Event:
+        handle = stream.handle if stream is not None else current_stream_handle()
+        if self._rt.backend == "cuda":
+            self._rt.native.event_record(self.handle, handle)
+        else:
+            self._host_time = time.perf_counter()
+        return self
+
+    def synchronize(self) -> None:
+        if self._rt.backend == "cuda":
+            self._rt.native.event_synchronize(self.handle)
+
+    def query(self) -> bool:
+        return self._rt.native.event_query(self.handle) if self._rt.backend == "cuda" else True
+
+    def elapsed_time(self, end: Event) -> float:
+        """Milliseconds from this event to ``end``; both must have been recorded with timing=True."""
+        if not (self.timing and end.timing):
+            raise ValueError("elapsed_time needs two events created with timing=True")
+        if self._rt.backend == "cuda":
+            return float(self._rt.native.event_elapsed_ms(self.handle, end.handle))
+        if self._host_time is None or end._host_time is None:
+            raise ValueError("elapsed_time needs both events to have been recorded")
+        return (end._host_time - self._host_time) * 1e3
+
+    def __del__(self) -> None:
+        if getattr(self, "handle", 0) and self._rt.backend == "cuda":
+            try:
+                self._rt.native.event_destroy(self.handle)
+            except Exception:  # interpreter shutdown: the driver may be gone already
+                pass
+
+
+def synchronize() -> None:
+    """Wait for all work on the device (all streams)."""
+    rt = _runtime.get()
+    if rt.backend == "cuda":
+        rt.native.synchronize()

@@ -1,0 +1,31 @@
+import pytest
+
+from pygpukit._units import format_bytes, parse_bytes
+
+
+@pytest.mark.parametrize(
+    "text,expected",
+    [("40GiB", 40 * 2**30), ("512MB", 512 * 10**6), ("1.5 KiB", 1536), (1048576, 1048576), ("12", 12)],
+)
+def test_parse_bytes(text, expected):
+    assert parse_bytes(text) == expected
+
+
+@pytest.mark.parametrize("bad", ["", "ten", "5 parsecs", "-5GiB"])
+def test_parse_bytes_rejects(bad):
+    with pytest.raises(ValueError, match="cannot parse byte size"):
+        parse_bytes(bad)
+
+
+def test_parse_bytes_negative_and_bool():
+    with pytest.raises(ValueError, match="negative"):
+        parse_bytes(-1)
+    with pytest.raises(TypeError):
+        parse_bytes(True)
+
+
+def test_format_bytes():
+    assert format_bytes(100) == "100 B"
+    assert format_bytes(1536) == "1.50 KiB"
+    assert format_bytes(3 * 2**30) == "3.00 GiB"
+    assert format_bytes(5 * 2**40) == "5.00 TiB"

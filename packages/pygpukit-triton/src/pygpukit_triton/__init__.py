@@ -1,0 +1,8 @@
+"""Triton kernels on PyGPUkit arrays and streams.
+
+A separately installed plugin package of PyGPUkit; it depends on
+pygpukit-core only. Its ops and models are registered with the core
+through the plugin hooks once the op registry exists.
+"""
+
+__version__ = "0.1.0"
