@@ -5,5 +5,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PYO3_PYTHON=${PYO3_PYTHON:-python3} cargo build --release --locked -p pygpukit-python
 mkdir -p .carry
-cp target/release/libpygpukit_rt.so .carry/_rt.abi3.so
+cp target/release/lib_rt.so .carry/_rt.abi3.so
 echo "built .carry/_rt.abi3.so"

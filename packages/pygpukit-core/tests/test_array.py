@@ -5,7 +5,7 @@ import math
 import ml_dtypes
 import numpy as np
 import pytest
-from conftest import ALL_DTYPES, FLOAT_DTYPES, random_array
+from gp_testing import ALL_DTYPES, FLOAT_DTYPES, random_array
 
 import pygpukit as gp
 
@@ -142,7 +142,9 @@ def test_binary_same_dtype_matches_numpy(rng, dtype, op):
         # relative error against float64 on the same inputs: one rounding to dtype
         ref = OPS[op](a.astype(np.float64), b.astype(np.float64))
         eps = {gp.float8_e4m3fn: 2**-4, gp.float8_e5m2: 2**-3, gp.bfloat16: 2**-8, gp.float16: 2**-11, gp.float32: 2**-24, gp.float64: 2**-53}[dtype]
-        finite = np.isfinite(ref) & np.isfinite(got.astype(np.float64)) & (np.abs(ref) > 1e-3)
+        info = ml_dtypes.finfo(dtype)
+        # normal range only: subnormals have fewer significant bits
+        finite = np.isfinite(got.astype(np.float64)) & (np.abs(ref) >= float(info.smallest_normal)) & (np.abs(ref) <= float(info.max))
         rel = np.abs(got.astype(np.float64)[finite] - ref[finite]) / np.abs(ref[finite])
         assert rel.max() <= eps * 1.0001
 
@@ -182,9 +184,12 @@ def test_python_scalars_both_sides(rng, dtype, scalar, op):
     a = random_array(rng, (1029,), dtype)
     if op == "div":
         a = np.where(a == 0, np.ones_like(a), a)
+    # NumPy 2 casts a Python scalar to the array's dtype; ml_dtypes' bfloat16 does
+    # not take part in that rule, so its reference uses the cast scalar explicitly.
+    ref_scalar = dtype.type(scalar) if dtype == gp.bfloat16 else scalar
     with np.errstate(all="ignore"):
-        same(OPS[op](gp.from_numpy(a), scalar).to_numpy(), OPS[op](a, scalar))
-        same(OPS[op](scalar, gp.from_numpy(a)).to_numpy(), OPS[op](scalar, a))
+        same(OPS[op](gp.from_numpy(a), scalar).to_numpy(), OPS[op](a, ref_scalar))
+        same(OPS[op](scalar, gp.from_numpy(a)).to_numpy(), OPS[op](ref_scalar, a))
 
 
 def test_numpy_scalars_and_arrays(rng):
@@ -229,6 +234,9 @@ def test_sum(rng, dtype, n):
         ref = np.sum(a.astype(np.float64))
         scale = np.sum(np.abs(a.astype(np.float64)))
         got64 = float(got.astype(gp.float64).item())
+        if abs(ref) > float(ml_dtypes.finfo(dtype).max):
+            assert not np.isfinite(got64) or abs(got64) >= float(ml_dtypes.finfo(dtype).max)
+            return
         # float32 (float64) tree accumulation, then one rounding to dtype
         acc_eps = 2**-53 if dtype == gp.float64 else 2**-24
         tol = 64 * acc_eps * scale + float(ml_dtypes.finfo(dtype).eps) * abs(ref)

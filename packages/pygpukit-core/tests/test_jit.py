@@ -6,7 +6,6 @@ import sys
 
 import numpy as np
 import pytest
-from nvrtc_fixture import need_nvrtc  # noqa: F401
 
 import pygpukit as gp
 from pygpukit.jit import cache, compiler, signature

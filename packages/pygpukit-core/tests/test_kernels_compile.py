@@ -2,7 +2,6 @@
 sm_80 and sm_90 (no GPU needed), through the same path as gp.jit."""
 
 import pytest
-from nvrtc_fixture import need_nvrtc  # noqa: F401
 
 from pygpukit import kernels
 from pygpukit._backend.cuda import instantiations

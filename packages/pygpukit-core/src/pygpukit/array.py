@@ -9,7 +9,9 @@ those that return values to the host (``to_numpy``, ``item``, ``repr``,
 
 from __future__ import annotations
 
+import math
 import operator
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -42,6 +44,7 @@ class Device:
         return f"Device({self.type!r}, {self.index})"
 
 
+@lru_cache(maxsize=4096)
 def _contiguous_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
     strides = []
     acc = itemsize
@@ -85,10 +88,7 @@ class GPUArray:
         self = object.__new__(cls)
         self._shape = shape
         self._dtype = dtype
-        size = 1
-        for d in shape:
-            size *= d
-        self._size = size
+        size = self._size = math.prod(shape)
         contig = _contiguous_strides(shape, dtype.itemsize)
         self._strides = contig if strides is None else strides
         self._contig = strides is None or strides == contig or size <= 1
@@ -98,10 +98,8 @@ class GPUArray:
 
     @classmethod
     def _empty(cls, shape: tuple[int, ...], dtype: np.dtype) -> GPUArray:
-        size = 1
-        for d in shape:
-            size *= d
-        block = _runtime.get().pool.alloc(size * dtype.itemsize, current_stream_handle())
+        """A new contiguous array from the pool, on the current stream (the hot path of every op)."""
+        block = _runtime.get().pool.alloc(math.prod(shape) * dtype.itemsize, current_stream_handle())
         return cls._new(shape, dtype, block, block.ptr)
 
     # -- properties -----------------------------------------------------
@@ -269,10 +267,16 @@ def _check_bool_sub(op: str, *dts: np.dtype) -> None:
         raise TypeError("numpy boolean subtract, the `-` operator, is not supported, use the bitwise_xor, the `^` operator, or the logical_xor function instead.")
 
 
+_binary_dtypes: dict[tuple[str, np.dtype, np.dtype], np.dtype] = {}
+
+
 def binary(op: str, a: GPUArray, b: GPUArray) -> GPUArray:
     """``a <op> b`` elementwise with broadcasting and NumPy type promotion."""
-    _check_bool_sub(op, a._dtype, b._dtype)
-    out_dt = _out_dtype(op, _dtypes.result_type(a._dtype, b._dtype))
+    key = (op, a._dtype, b._dtype)
+    out_dt = _binary_dtypes.get(key)
+    if out_dt is None:
+        _check_bool_sub(op, a._dtype, b._dtype)
+        out_dt = _binary_dtypes[key] = _out_dtype(op, _dtypes.result_type(a._dtype, b._dtype))
     shape = a._shape if a._shape == b._shape else np.broadcast_shapes(a._shape, b._shape)
     out = GPUArray._empty(shape, out_dt)
     if out._size:

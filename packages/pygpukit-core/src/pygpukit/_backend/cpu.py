@@ -55,9 +55,14 @@ class CpuOps:
         view(out)[...] = np.asarray(value).astype(out.dtype)
 
     def arange(self, out: Any, start: float | int, step: float | int) -> None:
-        calc = _dtypes.float64 if isinstance(start, float) or isinstance(step, float) else _dtypes.int64
-        idx = np.arange(out.size, dtype=calc)
-        view(out)[...] = (np.asarray(start, calc) + idx * np.asarray(step, calc)).astype(out.dtype)
+        from .cuda import arange_terms
+
+        first, delta, second = arange_terms(out.dtype, start, step)
+        vals = first + np.arange(out.size).astype(first.dtype) * delta
+        if out.size > 1:
+            vals[1] = second
+        with np.errstate(all="ignore"):
+            view(out)[...] = vals.astype(out.dtype)
 
     # Inputs are converted to the result dtype first, as the kernels do (they
     # compute in that dtype, or float32 for the 8/16-bit floats, and round once).

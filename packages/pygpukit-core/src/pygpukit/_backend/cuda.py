@@ -41,7 +41,7 @@ _PACK_STRIDED = struct.Struct(f"@PPPq{1 + 4 * MAX_DIMS}q")
 _PACK_CAST = struct.Struct("@PPq")
 _PACK_CAST_STRIDED = struct.Struct(f"@PPq{1 + 4 * MAX_DIMS}q")
 _PACK_FILL = struct.Struct("@P8sq")
-_PACK_ARANGE = {"d": struct.Struct("@Pddq"), "q": struct.Struct("@Pqqq")}
+_PACK_ARANGE = {"f": struct.Struct("@Pfffq"), "d": struct.Struct("@Pdddq"), "q": struct.Struct("@Pqqqq")}
 _PACK_SUM1 = struct.Struct("@PPq")
 _PACK_SUM2 = struct.Struct("@PPi")
 
@@ -49,6 +49,17 @@ _PACK_SUM2 = struct.Struct("@PPi")
 def compute_dtype(dt: np.dtype) -> np.dtype:
     """Kernels do arithmetic in this dtype (pgk::compute_t)."""
     return _dtypes.float32 if _dtypes.is_float(dt) and dt.itemsize < 4 else dt
+
+
+def arange_terms(dt: np.dtype, start: float | int, step: float | int) -> tuple[np.generic, np.generic, np.generic]:
+    """(start, delta, second) of NumPy's arange fill for dtype ``dt``, in the
+    dtype the fill computes in: out[i] = start + i * delta for i != 1."""
+    calc = _dtypes.int64 if dt.kind in "biu" else (_dtypes.float64 if dt == _dtypes.float64 else _dtypes.float32)
+    first = np.asarray(start).astype(dt).astype(calc)
+    second = np.asarray(start + step).astype(dt).astype(calc)
+    with np.errstate(over="ignore"):
+        delta = second - first
+    return first[()], delta[()], second[()]
 
 
 def accumulator(out_dt: np.dtype) -> np.dtype:
@@ -62,8 +73,13 @@ def accumulator(out_dt: np.dtype) -> np.dtype:
 
 def vec_width(*arrays: Any) -> int:
     """Elements per vector access: 16 bytes of the widest operand, if every pointer allows it."""
-    width = 16 // max(a.dtype.itemsize for a in arrays)
-    while width > 1 and any(a.data_ptr % (a.dtype.itemsize * width) for a in arrays):
+    width = 16 // max(a._dtype.itemsize for a in arrays)
+    ptrs = 0
+    for a in arrays:
+        ptrs |= a._ptr
+    if ptrs & 15 == 0:  # pool blocks are 512-byte aligned: the usual case
+        return width
+    while width > 1 and any(a._ptr % (a._dtype.itemsize * width) for a in arrays):
         width //= 2
     return width
 
@@ -116,17 +132,18 @@ class CudaOps:
 
     # -- elementwise -----------------------------------------------------------
     def binary(self, op: str, a: Any, b: Any, out: Any) -> None:
-        n = out.size
+        n = out._size
         stream = current_stream_handle()
-        if a.is_contiguous and b.is_contiguous and a.shape == b.shape:
+        if a._contig and b._contig and a._shape == b._shape:
             vec = vec_width(a, b, out)
-            key = (op, a.dtype, b.dtype, out.dtype, vec)
+            key = (op, a._dtype, b._dtype, out._dtype, vec)
             fn = self._fn_cache.get(key)
             if fn is None:
                 expr = BINARY_CONTIG.format(op=_OPS[op], a=_C[a.dtype], b=_C[b.dtype], o=_C[out.dtype], vec=vec)
                 fn = self._fn_cache[key] = self._fn("elementwise", expr)
-            args = _PACK_BINARY.pack(a.data_ptr, b.data_ptr, out.data_ptr, n)
-            self.launch(fn, _grid_for(n, THREADS * UNROLL * vec), 1, 1, THREADS, 1, 1, 0, stream, args)
+            args = _PACK_BINARY.pack(a._ptr, b._ptr, out._ptr, n)
+            per_block = THREADS * UNROLL * vec
+            self.launch(fn, (n + per_block - 1) // per_block, 1, 1, THREADS, 1, 1, 0, stream, args)
             return
         key = ("strided", op, a.dtype, b.dtype, out.dtype)
         fn = self._fn_cache.get(key)
@@ -197,10 +214,10 @@ class CudaOps:
         n = out.size
         if n == 0:
             return
-        is_float = isinstance(start, float) or isinstance(step, float)
-        ctype, code = ("double", "d") if is_float else ("long long", "q")
-        expr = ARANGE.format(o=_C[out.dtype], c=ctype)
-        args = _PACK_ARANGE[code].pack(out.data_ptr, start, step, n)
+        first, delta, second = arange_terms(out.dtype, start, step)
+        code = first.dtype.char if first.dtype.char in "fd" else "q"
+        expr = ARANGE.format(o=_C[out.dtype], c={"f": "float", "d": "double", "q": "long long"}[code])
+        args = _PACK_ARANGE[code].pack(out.data_ptr, first.item(), delta.item(), second.item(), n)
         self.launch(self._fn("elementwise", expr), self._strided_grid(n), 1, 1, THREADS, 1, 1, 0, current_stream_handle(), args)
 
     # -- reductions -----------------------------------------------------------
@@ -232,7 +249,7 @@ def instantiations() -> dict[str, list[str]]:
             for left in ("true", "false"):
                 elementwise.append(BINARY_SCALAR.format(op=op, a=c, o=c, vec=vec[dt], left=left))
         elementwise.append(FILL.format(o=c, vec=vec[dt]))
-        elementwise += [ARANGE.format(o=c, c=ct) for ct in ("double", "long long")]
+        elementwise += [ARANGE.format(o=c, c=ct) for ct in ("float", "double", "long long")]
         for other in dts:
             v = 16 // max(dt.itemsize, other.itemsize)
             elementwise.append(CAST_CONTIG.format(a=c, o=_C[other], vec=v))

@@ -167,13 +167,20 @@ fill(T* __restrict__ out, T value, long long n) {
   }
 }
 
-// out[i] = start + i * step, computed in C (double for floats, long long for
-// integers) as NumPy does, then converted to T.
+// NumPy's arange: out[0] and out[1] are the first two values converted to T,
+// then out[i] = start + i * delta with delta = out[1] - out[0], all in C
+// (float for the small floats and float32, double for double, long long for
+// integers), each operation rounded separately (no FMA contraction).
+__device__ __forceinline__ float mul_add_rn(float i, float d, float s) { return __fadd_rn(s, __fmul_rn(i, d)); }
+__device__ __forceinline__ double mul_add_rn(double i, double d, double s) { return __dadd_rn(s, __dmul_rn(i, d)); }
+__device__ __forceinline__ long long mul_add_rn(long long i, long long d, long long s) { return s + i * d; }
+
 template <class T, class C>
 __global__ void __launch_bounds__(kThreads)
-arange(T* __restrict__ out, C start, C step, long long n) {
+arange(T* __restrict__ out, C start, C delta, C second, long long n) {
   for (long long i = (long long)blockIdx.x * kThreads + threadIdx.x; i < n; i += (long long)gridDim.x * kThreads) {
-    out[i] = cast<T>(start + (C)i * step);
+    C v = i == 1 ? second : mul_add_rn((C)i, delta, start);
+    out[i] = cast<T>(v);
   }
 }
 

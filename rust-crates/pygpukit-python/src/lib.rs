@@ -1,0 +1,354 @@
+//! `pygpukit._rt`: Python bindings of the Rust runtime (memory pool, host
+//! driver table).
+//!
+//! ```text
+//! host_table() -> PyCapsule "pygpukit.driver_table"
+//! host_table_stats() -> {"mem_alloc_calls": int, "mem_free_calls": int}
+//! Pool(table, limit=None)
+//!     .alloc(nbytes, stream=0) -> Block     .record_stream(block, stream)
+//!     .empty_cache()  .stats() -> dict  .reset_peak_stats()
+//!     .limit (get/set)  .is_host  .device
+//! Block: .ptr .size .requested .stream .segment (freed when dropped)
+//! ```
+
+use std::ffi::c_void;
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+use pyo3::exceptions::{PyMemoryError, PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyCapsule, PyDict, PyInt};
+
+use pygpukit_runtime::driver::{
+    pgk_driver_table, Driver, DriverError, PGK_DRIVER_TABLE_ABI, PGK_DRIVER_TABLE_CAPSULE,
+};
+use pygpukit_runtime::host;
+use pygpukit_runtime::pool::{Block, Pool, PoolError, PoolStats};
+
+const CAPSULE_NAME: &str = "pygpukit.driver_table";
+
+// ----- errors ----------------------------------------------------------------
+
+/// Instantiate `pygpukit._errors.<class>(*args)` as a PyErr; falls back to
+/// `fallback` with `message` if the module cannot be imported.
+fn pygpukit_error<'py>(
+    py: Python<'py>,
+    class: &str,
+    message: &str,
+    args: impl FnOnce(Python<'py>) -> PyResult<Bound<'py, pyo3::types::PyTuple>>,
+    fallback: fn(String) -> PyErr,
+) -> PyErr {
+    let build = || -> PyResult<PyErr> {
+        let cls = py.import("pygpukit._errors")?.getattr(class)?;
+        let exc = cls.call1(args(py)?)?;
+        Ok(PyErr::from_value(exc))
+    };
+    build().unwrap_or_else(|_| fallback(message.to_string()))
+}
+
+fn driver_err(py: Python<'_>, e: &DriverError) -> PyErr {
+    let message = e.to_string();
+    pygpukit_error(
+        py,
+        "CudaError",
+        &message,
+        |py| (message.as_str(), e.call, e.status, e.name()).into_pyobject(py),
+        PyRuntimeError::new_err,
+    )
+}
+
+fn pool_err(py: Python<'_>, e: PoolError) -> PyErr {
+    match &e {
+        PoolError::OutOfMemory {
+            requested,
+            limit,
+            stats,
+            ..
+        } => {
+            let message = e.to_string();
+            pygpukit_error(
+                py,
+                "OutOfMemoryError",
+                &message,
+                |py| {
+                    let d = stats_dict(py, stats, *limit)?;
+                    (message.as_str(), *requested, d, *limit).into_pyobject(py)
+                },
+                PyMemoryError::new_err,
+            )
+        }
+        PoolError::Driver(d) => driver_err(py, d),
+        PoolError::InvalidBlock { .. } => PyValueError::new_err(e.to_string()),
+    }
+}
+
+// ----- helpers ---------------------------------------------------------------
+
+/// A non-negative int; negative ints raise ValueError naming `what`.
+fn non_negative(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<u64> {
+    match obj.extract::<u64>() {
+        Ok(v) => Ok(v),
+        Err(err) => {
+            if obj.is_instance_of::<PyInt>() && obj.lt(0)? {
+                Err(PyValueError::new_err(format!(
+                    "{what} must be >= 0, got {obj}"
+                )))
+            } else {
+                Err(err)
+            }
+        }
+    }
+}
+
+fn optional_limit(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<u64>> {
+    match obj {
+        None => Ok(None),
+        Some(o) if o.is_none() => Ok(None),
+        Some(o) => non_negative(o, "limit").map(Some),
+    }
+}
+
+fn stats_dict<'py>(
+    py: Python<'py>,
+    stats: &PoolStats,
+    limit: Option<u64>,
+) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    for (name, value) in stats.fields() {
+        d.set_item(name, value)?;
+    }
+    d.set_item("limit", limit)?;
+    Ok(d)
+}
+
+// ----- host table ------------------------------------------------------------
+
+/// The host-memory driver table as a PyCapsule named "pygpukit.driver_table".
+#[pyfunction]
+fn host_table(py: Python<'_>) -> PyResult<Bound<'_, PyCapsule>> {
+    let ptr: NonNull<c_void> = NonNull::from(host::host_table()).cast();
+    // SAFETY: the host table is a static; it outlives every capsule.
+    unsafe { PyCapsule::new_with_pointer(py, ptr, PGK_DRIVER_TABLE_CAPSULE) }
+}
+
+/// Calls of the host table's mem_alloc / mem_free so far (process-wide).
+#[pyfunction]
+fn host_table_stats(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
+    let s = host::host_table_stats();
+    let d = PyDict::new(py);
+    d.set_item("mem_alloc_calls", s.mem_alloc_calls)?;
+    d.set_item("mem_free_calls", s.mem_free_calls)?;
+    Ok(d)
+}
+
+// ----- Pool ------------------------------------------------------------------
+
+/// Caching memory pool over a driver table capsule.
+///
+/// Pool(table, limit=None): `table` is a PyCapsule named
+/// "pygpukit.driver_table" (from `host_table()` or `_native.driver_table()`);
+/// `limit` caps the bytes the pool may reserve.
+#[pyclass(name = "Pool", module = "pygpukit._rt", frozen)]
+struct PyPool {
+    pool: Arc<Pool>,
+}
+
+#[pymethods]
+impl PyPool {
+    #[new]
+    #[pyo3(signature = (table, limit = None))]
+    fn new(table: &Bound<'_, PyAny>, limit: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
+        let capsule = table.cast::<PyCapsule>().map_err(|_| {
+            PyTypeError::new_err(format!(
+                "Pool() needs a PyCapsule named '{CAPSULE_NAME}', got {}",
+                table.get_type()
+            ))
+        })?;
+        if !capsule.is_valid_checked(Some(PGK_DRIVER_TABLE_CAPSULE)) {
+            return Err(PyValueError::new_err(format!(
+                "Pool() needs a PyCapsule named '{CAPSULE_NAME}'"
+            )));
+        }
+        let ptr = capsule.pointer_checked(Some(PGK_DRIVER_TABLE_CAPSULE))?;
+        let limit = optional_limit(limit)?;
+        // The capsule (and whatever keeps the table alive behind it) is held
+        // by the driver, so the table outlives the pool and all its blocks.
+        let owner: Py<PyCapsule> = capsule.clone().unbind();
+        // SAFETY: the capsule's contract is a `*const pgk_driver_table` that
+        // stays valid while the capsule lives; the driver keeps it alive.
+        let driver = unsafe {
+            Driver::from_raw(
+                ptr.as_ptr() as *const pgk_driver_table,
+                Some(Box::new(owner)),
+            )
+        }
+        .map_err(|e| PyValueError::new_err(e.to_string()))?;
+        Ok(PyPool {
+            pool: Arc::new(Pool::new(driver, limit)),
+        })
+    }
+
+    /// Allocate `nbytes` for use on `stream`; the Block frees itself when dropped.
+    #[pyo3(signature = (nbytes, stream = 0))]
+    fn alloc(&self, py: Python<'_>, nbytes: &Bound<'_, PyAny>, stream: u64) -> PyResult<PyBlock> {
+        let nbytes = non_negative(nbytes, "nbytes")?;
+        match self.pool.alloc(nbytes, stream) {
+            Ok(block) => Ok(PyBlock {
+                pool: Arc::clone(&self.pool),
+                block,
+            }),
+            Err(e) => Err(pool_err(py, e)),
+        }
+    }
+
+    /// Mark `block` as used by work on `stream`: when freed, it is reused
+    /// only after that work completes.
+    fn record_stream(
+        &self,
+        py: Python<'_>,
+        block: &Bound<'_, PyBlock>,
+        stream: u64,
+    ) -> PyResult<()> {
+        let b = block.get();
+        if !Arc::ptr_eq(&b.pool, &self.pool) {
+            return Err(PyValueError::new_err("the block belongs to another pool"));
+        }
+        self.pool
+            .record_stream(&b.block, stream)
+            .map_err(|e| pool_err(py, e))
+    }
+
+    /// Synchronize the device and return every cached segment without live
+    /// blocks to the driver.
+    fn empty_cache(&self, py: Python<'_>) -> PyResult<()> {
+        let pool = &self.pool;
+        py.detach(|| pool.empty_cache())
+            .map_err(|e| driver_err(py, &e))
+    }
+
+    /// Pool statistics (see pygpukit.memory.stats) plus "limit".
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        stats_dict(py, &self.pool.stats(), self.pool.limit())
+    }
+
+    fn reset_peak_stats(&self) {
+        self.pool.reset_peak_stats();
+    }
+
+    /// Byte cap on reserved memory, or None.
+    #[getter]
+    fn get_limit(&self) -> Option<u64> {
+        self.pool.limit()
+    }
+
+    #[setter]
+    fn set_limit(&self, value: &Bound<'_, PyAny>) -> PyResult<()> {
+        self.pool.set_limit(optional_limit(Some(value))?);
+        Ok(())
+    }
+
+    /// True for the host-memory table (CPU mode).
+    #[getter]
+    fn is_host(&self) -> bool {
+        self.pool.driver().is_host()
+    }
+
+    /// Device ordinal of the table.
+    #[getter]
+    fn device(&self) -> i32 {
+        self.pool.driver().device()
+    }
+
+    fn __repr__(&self) -> String {
+        let s = self.pool.stats();
+        let limit = match self.pool.limit() {
+            Some(l) => l.to_string(),
+            None => "None".to_string(),
+        };
+        format!(
+            "Pool(device={}, is_host={}, allocated_bytes={}, reserved_bytes={}, limit={})",
+            self.pool.driver().device(),
+            if self.pool.driver().is_host() {
+                "True"
+            } else {
+                "False"
+            },
+            s.allocated_bytes,
+            s.reserved_bytes,
+            limit
+        )
+    }
+}
+
+// ----- Block -----------------------------------------------------------------
+
+/// A live allocation of a Pool, returned to the pool when this object is
+/// dropped. Holds the pool alive.
+#[pyclass(name = "Block", module = "pygpukit._rt", frozen, weakref)]
+struct PyBlock {
+    pool: Arc<Pool>,
+    block: Block,
+}
+
+impl Drop for PyBlock {
+    fn drop(&mut self) {
+        // Cannot fail for a block of this pool except when recording an
+        // event fails; the block is freed anyway (after a synchronize) and
+        // there is nobody to report to from a destructor.
+        let _ = self.pool.free(&self.block);
+    }
+}
+
+#[pymethods]
+impl PyBlock {
+    /// Device (or host) address.
+    #[getter]
+    fn ptr(&self) -> u64 {
+        self.block.ptr
+    }
+
+    /// Bytes owned (the request rounded up to 512 B).
+    #[getter]
+    fn size(&self) -> u64 {
+        self.block.size
+    }
+
+    /// Bytes asked for.
+    #[getter]
+    fn requested(&self) -> u64 {
+        self.block.requested
+    }
+
+    /// Stream the block was allocated on.
+    #[getter]
+    fn stream(&self) -> u64 {
+        self.block.stream
+    }
+
+    /// Id of the pool segment holding the block.
+    #[getter]
+    fn segment(&self) -> u64 {
+        self.block.segment
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "Block(ptr=0x{:x}, size={}, requested={}, stream={})",
+            self.block.ptr, self.block.size, self.block.requested, self.block.stream
+        )
+    }
+}
+
+// ----- module ----------------------------------------------------------------
+
+#[pymodule]
+fn _rt(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(host_table, m)?)?;
+    m.add_function(wrap_pyfunction!(host_table_stats, m)?)?;
+    m.add_class::<PyPool>()?;
+    m.add_class::<PyBlock>()?;
+    m.add("DRIVER_TABLE_ABI", PGK_DRIVER_TABLE_ABI)?;
+    m.add("DRIVER_TABLE_CAPSULE", CAPSULE_NAME)?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}
