@@ -56,7 +56,7 @@ def native(session: nox.Session) -> None:
     session.install("pybind11>=2.12", "nvidia-cuda-runtime>=13.0", "cmake>=3.18", "ninja")
     build = ROOT / ".nox" / "native-build"
     pybind_dir = session.run("python", "-m", "pybind11", "--cmakedir", silent=True).strip()
-    session.run("cmake", "-S", "native-libs/driver/tests/standalone", "-B", str(build), "-G", "Ninja",
+    session.run("cmake", "-S", "native-libs/driver", "-B", str(build), "-G", "Ninja", "-DPYGPUKIT_WERROR=ON",
                 f"-Dpybind11_DIR={pybind_dir}", f"-DPython_EXECUTABLE={session.bin}/python")  # fmt: skip
     session.run("cmake", "--build", str(build))
 

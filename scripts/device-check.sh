@@ -2,8 +2,9 @@
 # Run on the GPU test machine (no Rust, no network) from the repository root:
 #   scripts/device-check.sh RESULTS_DIR [pytest args...]
 # Needs .carry/_rt.abi3.so (built here by scripts/build-rt.sh and carried along).
-# Installs pygpukit-core into a venv that sees the machine's packages (torch,
-# cupy, nvidia-cuda-nvrtc, scikit-build-core, pybind11), runs every test
+# Installs pygpukit-core with --target into /tmp/pgk-site (the machine's python3
+# keeps seeing its own torch, cupy, nvidia-cuda-nvrtc, scikit-build-core,
+# pybind11; a venv made from it would not), runs every test
 # (GPU tests included), the benchmark, doctor and info; logs and JSON go to RESULTS_DIR.
 set -uo pipefail
 OUT=${1:?usage: scripts/device-check.sh RESULTS_DIR [pytest args...]}
@@ -14,18 +15,20 @@ ROOT=$(pwd)
 RT="$ROOT/.carry/_rt.abi3.so"
 [ -f "$RT" ] || { echo "missing $RT: run scripts/build-rt.sh first and carry .carry"; exit 2; }
 
-python3 -m venv --system-site-packages /tmp/pgk-venv && . /tmp/pgk-venv/bin/activate
+SITE=/tmp/pgk-site
 export PYGPUKIT_CACHE_DIR=/tmp/pgk-kernel-cache
 start=$(date +%s)
-PYGPUKIT_PREBUILT_RT="$RT" python -m pip install -q --no-build-isolation --no-deps --no-index ./packages/pygpukit-core \
-  > "$OUT/install.log" 2>&1 || { cat "$OUT/install.log"; exit 3; }
+rm -rf "$SITE"
+PYGPUKIT_PREBUILT_RT="$RT" python3 -m pip install -v --no-build-isolation --no-deps --no-index --target "$SITE" \
+  ./packages/pygpukit-core > "$OUT/install.log" 2>&1 || { tail -n 60 "$OUT/install.log"; exit 3; }
+export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
 echo "install: $(( $(date +%s) - start )) s"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
-pygpukit info | tee "$OUT/info.txt"
-pygpukit doctor | tee "$OUT/doctor.txt"
+python3 -m pygpukit info | tee "$OUT/info.txt"
+python3 -m pygpukit doctor | tee "$OUT/doctor.txt"
 cd /tmp  # test the installed wheel, not the source tree
-python -m pytest -q -p no:cacheprovider "$ROOT/packages/pygpukit-core/tests" "$ROOT/native-libs/driver/tests" "$@" \
+python3 -m pytest -c "$ROOT/pyproject.toml" --rootdir "$ROOT" -q -p no:cacheprovider "$ROOT/packages/pygpukit-core/tests" "$ROOT/native-libs/driver/tests" "$@" \
   2>&1 | tee "$OUT/pytest.log" | tail -n 40
 if [ "${SKIP_BENCH:-0}" != "1" ]; then
-  python -m pygpukit.benchmark --json "$OUT/bench.json" --markdown 2>&1 | tee "$OUT/bench.log" | tail -n 30
+  python3 -m pygpukit.benchmark --json "$OUT/bench.json" --markdown 2>&1 | tee "$OUT/bench.log" | tail -n 30
 fi

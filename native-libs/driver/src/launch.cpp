@@ -1,0 +1,157 @@
+// launch(func, gx, gy, gz, bx, by, bz, shared_mem, stream, args) -> None
+//
+// `args` holds the kernel parameters packed in the CUDA ABI layout; it is
+// handed to cuLaunchKernel with CU_LAUNCH_PARAM_BUFFER_POINTER/SIZE. Parsing
+// is done by hand (no pybind11 dispatch) to keep the host overhead small.
+#include "launch.h"
+
+#include <climits>
+#include <cstdint>
+#include <cstdio>
+#include <exception>
+#include <string>
+
+#include "context.h"
+#include "cuda_api.h"
+#include "errors.h"
+#include "stats.h"
+
+namespace pgk {
+
+namespace {
+
+inline bool parse_u64(PyObject *o, unsigned long long *out) {
+  if (PyLong_Check(o)) {
+    *out = PyLong_AsUnsignedLongLong(o);
+  } else {
+    PyObject *i = PyNumber_Index(o);
+    if (i == nullptr) return false;
+    *out = PyLong_AsUnsignedLongLong(i);
+    Py_DECREF(i);
+  }
+  return !(*out == static_cast<unsigned long long>(-1) && PyErr_Occurred());
+}
+
+inline bool parse_u32(PyObject *o, unsigned int *out, const char *what) {
+  unsigned long long v = 0;
+  if (!parse_u64(o, &v)) return false;
+  if (v > UINT_MAX) {
+    PyErr_Format(PyExc_OverflowError, "launch(): %s=%llu does not fit in 32 bits", what, v);
+    return false;
+  }
+  *out = static_cast<unsigned int>(v);
+  return true;
+}
+
+// Selects/makes current the context when the thread_local cache says it is
+// not; returns false with a Python error set on failure.
+bool slow_make_current() {
+  try {
+    ensure_current();
+    return true;
+  } catch (const CudaCallError &e) {
+    set_py_error(e);
+  } catch (const std::exception &e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+  }
+  return false;
+}
+
+std::string kernel_description(CUfunction f, const unsigned int *g, const unsigned int *b, unsigned int smem,
+                               unsigned long long stream) {
+  const char *name = nullptr;
+  if (cu.FuncGetName == nullptr || cu.FuncGetName(&name, f) != CUDA_SUCCESS || name == nullptr) name = nullptr;
+  char buf[256];
+  std::snprintf(buf, sizeof(buf), " grid=(%u,%u,%u) block=(%u,%u,%u) shared_mem=%u stream=0x%llx", g[0], g[1],
+                g[2], b[0], b[1], b[2], smem, stream);
+  std::string s = " (kernel ";
+  if (name != nullptr) {
+    s += "'" + std::string(name) + "'";
+  } else {
+    char h[32];
+    std::snprintf(h, sizeof(h), "0x%llx", static_cast<unsigned long long>(reinterpret_cast<uintptr_t>(f)));
+    s += h;
+  }
+  return s + buf;
+}
+
+PyObject *py_launch(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
+  if (nargs != 10) {
+    PyErr_Format(PyExc_TypeError,
+                 "launch(func, gx, gy, gz, bx, by, bz, shared_mem, stream, args) takes 10 positional "
+                 "arguments (%zd given)",
+                 nargs);
+    return nullptr;
+  }
+  unsigned long long func = 0, stream = 0;
+  unsigned int g[3], b[3], smem = 0;
+  if (!parse_u64(args[0], &func) || !parse_u32(args[1], &g[0], "gx") || !parse_u32(args[2], &g[1], "gy") ||
+      !parse_u32(args[3], &g[2], "gz") || !parse_u32(args[4], &b[0], "bx") || !parse_u32(args[5], &b[1], "by") ||
+      !parse_u32(args[6], &b[2], "bz") || !parse_u32(args[7], &smem, "shared_mem") ||
+      !parse_u64(args[8], &stream)) {
+    return nullptr;
+  }
+
+  PyObject *packed = args[9];
+  Py_buffer view;
+  bool have_view = false;
+  void *data = nullptr;
+  size_t size = 0;
+  if (PyBytes_CheckExact(packed)) {
+    data = PyBytes_AS_STRING(packed);
+    size = static_cast<size_t>(PyBytes_GET_SIZE(packed));
+  } else {
+    if (PyObject_GetBuffer(packed, &view, PyBUF_SIMPLE) != 0) return nullptr;
+    have_view = true;
+    data = view.buf;
+    size = static_cast<size_t>(view.len);
+  }
+
+  if (!selected_ctx_is_current() && !slow_make_current()) {
+    if (have_view) PyBuffer_Release(&view);
+    return nullptr;
+  }
+
+  void *extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, data, CU_LAUNCH_PARAM_BUFFER_SIZE, &size, CU_LAUNCH_PARAM_END};
+  CUfunction f = reinterpret_cast<CUfunction>(static_cast<uintptr_t>(func));
+  CUstream s = reinterpret_cast<CUstream>(static_cast<uintptr_t>(stream));
+  bump(g_stats.launches);
+  CUresult r = cu.LaunchKernel(f, g[0], g[1], g[2], b[0], b[1], b[2], smem, s, nullptr, size ? extra : nullptr);
+  if (r == CUDA_ERROR_INVALID_CONTEXT || r == CUDA_ERROR_CONTEXT_IS_DESTROYED || r == CUDA_ERROR_INVALID_HANDLE) {
+    // Another library may have switched this thread's context behind the
+    // thread_local cache: verify with the driver and retry once.
+    CUcontext want = g_selected_ctx.load(std::memory_order_relaxed);
+    CUcontext cur = nullptr;
+    if (want != nullptr && cu.CtxGetCurrent(&cur) == CUDA_SUCCESS && cur != want &&
+        make_current(want, true) == CUDA_SUCCESS) {
+      r = cu.LaunchKernel(f, g[0], g[1], g[2], b[0], b[1], b[2], smem, s, nullptr, size ? extra : nullptr);
+    }
+  }
+  if (have_view) PyBuffer_Release(&view);
+  if (r != CUDA_SUCCESS) {
+    set_py_cuda_error("cuLaunchKernel", r, kernel_description(f, g, b, smem, stream) + ")");
+    return nullptr;
+  }
+  if (sync_debug()) {
+    Py_BEGIN_ALLOW_THREADS
+    r = cu.StreamSynchronize(s);
+    Py_END_ALLOW_THREADS
+    if (r != CUDA_SUCCESS) {
+      set_py_cuda_error("cuLaunchKernel", r,
+                        kernel_description(f, g, b, smem, stream) +
+                            "; detected by cuStreamSynchronize after the launch, PYGPUKIT_SYNC_DEBUG=1)");
+      return nullptr;
+    }
+  }
+  Py_RETURN_NONE;
+}
+
+}  // namespace
+
+PyMethodDef launch_methods[] = {
+    {"launch", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(py_launch)), METH_FASTCALL,
+     "launch(func, gx, gy, gz, bx, by, bz, shared_mem, stream, args)\n--\n\n"
+     "Launch a kernel; `args` is a bytes object with the parameters packed in the CUDA ABI layout."},
+    {nullptr, nullptr, 0, nullptr}};
+
+}  // namespace pgk
