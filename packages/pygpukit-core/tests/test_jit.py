@@ -141,7 +141,9 @@ def test_jit_kernel_runs(rng):
     y_host = rng.standard_normal(n).astype(np.float32)
     x, y = gp.from_numpy(x_host), gp.from_numpy(y_host)
     k((n + 255) // 256, 256, 2.5, x, y, n)
-    np.testing.assert_array_equal(y.to_numpy(), np.float32(2.5) * x_host + y_host)
+    # nvcc/NVRTC contract a * x + y into one FMA (one rounding instead of two)
+    want = (2.5 * x_host.astype(np.float64) + y_host).astype(np.float32)
+    np.testing.assert_allclose(y.to_numpy(), want, rtol=2e-7, atol=1e-7)
     attrs = k.attributes()
     assert attrs["num_regs"] > 0 and attrs["max_threads_per_block"] >= 256
 

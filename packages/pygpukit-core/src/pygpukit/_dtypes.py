@@ -52,8 +52,24 @@ _FLOAT8 = (float8_e4m3fn, float8_e5m2)
 _ML_FLOATS = (bfloat16, *_FLOAT8)
 
 
+_known: dict[Any, np.dtype] = {}
+
+
 def as_dtype(dtype: Any) -> np.dtype:
     """Normalize anything NumPy accepts as a dtype and check that pygpukit supports it."""
+    try:
+        return _known[dtype]
+    except (KeyError, TypeError):
+        pass
+    dt = _as_dtype(dtype)
+    try:
+        _known[dtype] = dt
+    except TypeError:  # unhashable spelling of a dtype
+        pass
+    return dt
+
+
+def _as_dtype(dtype: Any) -> np.dtype:
     if isinstance(dtype, str) and dtype in _BY_NAME:
         dt = _BY_NAME[dtype]
     else:

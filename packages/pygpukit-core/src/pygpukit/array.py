@@ -20,6 +20,7 @@ from . import _dtypes, _runtime
 from .streams import current_stream_handle
 
 ADD, SUB, MUL, DIV = "add", "sub", "mul", "div"
+_SCALAR_TYPES = (bool, int, float)
 
 
 class Device:
@@ -55,6 +56,12 @@ def _contiguous_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...
 
 
 def normalize_shape(shape: Any) -> tuple[int, ...]:
+    if type(shape) is tuple:  # fast path: a tuple of non-negative Python ints
+        for d in shape:
+            if type(d) is not int or d < 0:
+                break
+        else:
+            return shape
     if isinstance(shape, (int, np.integer)) and not isinstance(shape, bool):
         shape = (shape,)
     try:
@@ -69,12 +76,13 @@ def normalize_shape(shape: Any) -> tuple[int, ...]:
 class GPUArray:
     """An array in pygpukit's memory. Create with ``gp.asarray``, ``gp.zeros``, ``gp.from_numpy``..."""
 
+    # _strides is None for C-contiguous arrays (the strides property computes them).
     __slots__ = ("_shape", "_dtype", "_strides", "_ptr", "_block", "_size", "_contig", "__weakref__")
     __array_priority__ = 100  # NumPy defers binary operators to GPUArray
 
     _shape: tuple[int, ...]
     _dtype: np.dtype
-    _strides: tuple[int, ...]
+    _strides: tuple[int, ...] | None
     _ptr: int
     _block: Any
     _size: int
@@ -89,18 +97,21 @@ class GPUArray:
         self._shape = shape
         self._dtype = dtype
         size = self._size = math.prod(shape)
-        contig = _contiguous_strides(shape, dtype.itemsize)
-        self._strides = contig if strides is None else strides
-        self._contig = strides is None or strides == contig or size <= 1
+        if strides is not None and (size <= 1 or strides == _contiguous_strides(shape, dtype.itemsize)):
+            strides = None
+        self._strides = strides
+        self._contig = strides is None
         self._block = block
         self._ptr = ptr
         return self
 
     @classmethod
-    def _empty(cls, shape: tuple[int, ...], dtype: np.dtype) -> GPUArray:
-        """A new contiguous array from the pool, on the current stream (the hot path of every op)."""
-        block = _runtime.get().pool.alloc(math.prod(shape) * dtype.itemsize, current_stream_handle())
-        return cls._new(shape, dtype, block, block.ptr)
+    def _empty(cls, shape: tuple[int, ...], dtype: np.dtype, stream: int | None = None) -> GPUArray:
+        """A new contiguous array from the pool on ``stream`` (default: the current one)."""
+        size = math.prod(shape)
+        rt = _runtime._runtime or _runtime.get()
+        block = rt.pool.alloc(size * dtype.itemsize, current_stream_handle() if stream is None else stream)
+        return new_contiguous(shape, dtype, size, block)
 
     # -- properties -----------------------------------------------------
     @property
@@ -130,7 +141,8 @@ class GPUArray:
     @property
     def strides(self) -> tuple[int, ...]:
         """Strides in bytes, as in NumPy."""
-        return self._strides
+        st = self._strides
+        return _contiguous_strides(self._shape, self._dtype.itemsize) if st is None else st
 
     @property
     def data_ptr(self) -> int:
@@ -200,27 +212,51 @@ class GPUArray:
 
     # -- arithmetic ---------------------------------------------------------
     def __add__(self, other: Any) -> GPUArray:
+        if type(other) is GPUArray:
+            return binary(ADD, self, other)
+        if type(other) in _SCALAR_TYPES:
+            return binary_scalar(ADD, self, other, False)
         return _binary(ADD, self, other, False)
 
     def __radd__(self, other: Any) -> GPUArray:
+        if type(other) in _SCALAR_TYPES:
+            return binary_scalar(ADD, self, other, True)
         return _binary(ADD, self, other, True)
 
     def __sub__(self, other: Any) -> GPUArray:
+        if type(other) is GPUArray:
+            return binary(SUB, self, other)
+        if type(other) in _SCALAR_TYPES:
+            return binary_scalar(SUB, self, other, False)
         return _binary(SUB, self, other, False)
 
     def __rsub__(self, other: Any) -> GPUArray:
+        if type(other) in _SCALAR_TYPES:
+            return binary_scalar(SUB, self, other, True)
         return _binary(SUB, self, other, True)
 
     def __mul__(self, other: Any) -> GPUArray:
+        if type(other) is GPUArray:
+            return binary(MUL, self, other)
+        if type(other) in _SCALAR_TYPES:
+            return binary_scalar(MUL, self, other, False)
         return _binary(MUL, self, other, False)
 
     def __rmul__(self, other: Any) -> GPUArray:
+        if type(other) in _SCALAR_TYPES:
+            return binary_scalar(MUL, self, other, True)
         return _binary(MUL, self, other, True)
 
     def __truediv__(self, other: Any) -> GPUArray:
+        if type(other) is GPUArray:
+            return binary(DIV, self, other)
+        if type(other) in _SCALAR_TYPES:
+            return binary_scalar(DIV, self, other, False)
         return _binary(DIV, self, other, False)
 
     def __rtruediv__(self, other: Any) -> GPUArray:
+        if type(other) in _SCALAR_TYPES:
+            return binary_scalar(DIV, self, other, True)
         return _binary(DIV, self, other, True)
 
     def sum(self, dtype: Any = None) -> GPUArray:
@@ -240,7 +276,18 @@ class GPUArray:
     __str__ = __repr__
 
 
-_SCALAR_TYPES = (bool, int, float)
+def new_contiguous(shape: tuple[int, ...], dtype: np.dtype, size: int, block: Any) -> GPUArray:
+    """Wrap a pool block as a C-contiguous array: the hot path of every op, hence
+    a plain function with direct slot writes."""
+    self = object.__new__(GPUArray)
+    self._shape = shape
+    self._dtype = dtype
+    self._size = size
+    self._strides = None
+    self._contig = True
+    self._block = block
+    self._ptr = block.ptr
+    return self
 
 
 def _binary(op: str, a: GPUArray, b: Any, reflected: bool) -> GPUArray:
@@ -278,10 +325,11 @@ def binary(op: str, a: GPUArray, b: GPUArray) -> GPUArray:
         _check_bool_sub(op, a._dtype, b._dtype)
         out_dt = _binary_dtypes[key] = _out_dtype(op, _dtypes.result_type(a._dtype, b._dtype))
     shape = a._shape if a._shape == b._shape else np.broadcast_shapes(a._shape, b._shape)
-    out = GPUArray._empty(shape, out_dt)
-    if out._size:
-        _runtime.get().ops.binary(op, a, b, out)
-    return out
+    return (_runtime._runtime or _runtime.get()).ops.binary(op, a, b, out_dt, shape, current_stream_handle())
+
+
+# (op, array dtype, scalar type) -> (result dtype, range of Python ints that fit)
+_scalar_dtypes: dict[tuple[str, np.dtype, type], tuple[np.dtype, float, float]] = {}
 
 
 def binary_scalar(op: str, a: GPUArray, s: Any, scalar_left: bool) -> GPUArray:
@@ -292,10 +340,13 @@ def binary_scalar(op: str, a: GPUArray, s: Any, scalar_left: bool) -> GPUArray:
         out_dt = _out_dtype(op, _dtypes.result_type(a._dtype, s_dt))
         s = s.item()
     else:
-        if isinstance(s, bool):
-            _check_bool_sub(op, a._dtype, _dtypes.bool_)
-        out_dt = _out_dtype(op, _dtypes.result_type(a._dtype, s))
-    out = GPUArray._empty(a._shape, out_dt)
-    if out._size:
-        _runtime.get().ops.binary_scalar(op, a, s, out, scalar_left)
-    return out
+        key = (op, a._dtype, type(s))
+        entry = _scalar_dtypes.get(key)
+        if entry is None or not entry[1] <= s <= entry[2]:
+            if type(s) is bool:
+                _check_bool_sub(op, a._dtype, _dtypes.bool_)
+            out_dt = _out_dtype(op, _dtypes.result_type(a._dtype, s))  # raises OverflowError for ints that do not fit
+            lo, hi = (float(np.iinfo(a._dtype).min), float(np.iinfo(a._dtype).max)) if a._dtype.kind in "iu" else (-math.inf, math.inf)
+            entry = _scalar_dtypes[key] = (out_dt, lo, hi)
+        out_dt = entry[0]
+    return (_runtime._runtime or _runtime.get()).ops.binary_scalar(op, a, s, out_dt, scalar_left, current_stream_handle())

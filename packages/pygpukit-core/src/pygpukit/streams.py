@@ -14,14 +14,22 @@ import time
 
 from . import _runtime
 
-_local = threading.local()
+class _StreamStack(threading.local):
+    # A class-level default: reading it never raises AttributeError (which
+    # would cost a microsecond on every op).
+    stack: list[Stream] | None = None
+
+
+_local = _StreamStack()
 
 
 def current_stream_handle() -> int:
-    stack = getattr(_local, "stack", None)
+    """Handle of the current stream (the hot path of every op)."""
+    stack = _local.stack
     if stack:
         return stack[-1].handle
-    return _runtime.get().stream
+    rt = _runtime._runtime
+    return (rt or _runtime.get()).stream
 
 
 class Stream:
@@ -67,14 +75,14 @@ class Stream:
             self._rt.native.stream_wait_event(self.handle, event.handle)
 
     def __enter__(self) -> Stream:
-        stack = getattr(_local, "stack", None)
+        stack = _local.stack
         if stack is None:
             stack = _local.stack = []
         stack.append(self)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        _local.stack.pop()
+        _local.stack.pop()  # type: ignore[union-attr]
 
     def __del__(self) -> None:
         if getattr(self, "_owned", False):
@@ -89,7 +97,7 @@ class Stream:
 
 def current_stream() -> Stream:
     """The stream ops on this thread are queued on."""
-    stack = getattr(_local, "stack", None)
+    stack = _local.stack
     return stack[-1] if stack else Stream._wrap(_runtime.get().stream)
 
 

@@ -67,13 +67,19 @@ class CpuOps:
     # Inputs are converted to the result dtype first, as the kernels do (they
     # compute in that dtype, or float32 for the 8/16-bit floats, and round once).
     # Floating-point warnings are silenced: a GPU cannot raise them either.
-    def binary(self, op: str, a: Any, b: Any, out: Any) -> None:
-        dt = out.dtype
-        with np.errstate(all="ignore"):
-            _UFUNCS[op](view(a).astype(dt, copy=False), view(b).astype(dt, copy=False), out=view(out))
+    def binary(self, op: str, a: Any, b: Any, out_dt: np.dtype, shape: tuple[int, ...], stream: int) -> Any:
+        from ..array import GPUArray
 
-    def binary_scalar(self, op: str, a: Any, s: Any, out: Any, scalar_left: bool) -> None:
-        dt = out.dtype
+        out = GPUArray._empty(shape, out_dt, stream)
+        if out.size:
+            with np.errstate(all="ignore"):
+                _UFUNCS[op](view(a).astype(out_dt, copy=False), view(b).astype(out_dt, copy=False), out=view(out))
+        return out
+
+    def binary_scalar(self, op: str, a: Any, s: Any, dt: np.dtype, scalar_left: bool, stream: int) -> Any:
+        from ..array import GPUArray
+
+        out = GPUArray._empty(a.shape, dt, stream)
         x = view(a).astype(dt, copy=False)
         sv = np.asarray(s).astype(dt)
         with np.errstate(all="ignore"):
@@ -81,6 +87,7 @@ class CpuOps:
                 _UFUNCS[op](sv, x, out=view(out))
             else:
                 _UFUNCS[op](x, sv, out=view(out))
+        return out
 
     def sum(self, a: Any, out: Any) -> None:
         acc = _accumulator(out.dtype)

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from .. import _dtypes, kernels
+from ..array import GPUArray, new_contiguous
 from ..streams import current_stream_handle
 
 THREADS = 256
@@ -115,7 +116,10 @@ class CudaOps:
         self.sm = rt.sm
         self.launch = rt.native.launch
         self.sms = rt.props["multiprocessor_count"]
+        self.pool = rt.pool
         self._fn_cache: dict[tuple, int] = {}
+        self._contig_binary: dict[tuple, tuple[int, int, int]] = {}
+        self._scalar: dict[tuple, tuple[int, int, struct.Struct, bool]] = {}
 
     def _fn(self, file: str, expr: str) -> int:
         return kernels.function(file, expr, self.sm)
@@ -131,51 +135,71 @@ class CudaOps:
         self.rt.native.memcpy_dtoh(out, src.data_ptr, current_stream_handle())
 
     # -- elementwise -----------------------------------------------------------
-    def binary(self, op: str, a: Any, b: Any, out: Any) -> None:
+    def binary(self, op: str, a: Any, b: Any, out_dt: np.dtype, shape: tuple[int, ...], stream: int) -> Any:
+        """The result of ``a <op> b`` as a new array. Fast path first: contiguous
+        operands of one shape at 16-byte aligned addresses (every pool block is),
+        one dict lookup for the kernel and its launch geometry."""
+        if a._contig and b._contig and a._shape == b._shape and not (a._ptr | b._ptr) & 15:
+            key = (op, a._dtype, b._dtype, out_dt)
+            entry = self._contig_binary.get(key)
+            if entry is None:
+                vec = 16 // max(a._dtype.itemsize, b._dtype.itemsize, out_dt.itemsize)
+                expr = BINARY_CONTIG.format(op=_OPS[op], a=_C[a._dtype], b=_C[b._dtype], o=_C[out_dt], vec=vec)
+                entry = self._contig_binary[key] = (self._fn("elementwise", expr), THREADS * UNROLL * vec, out_dt.itemsize)
+            fn, per_block, itemsize = entry
+            n = a._size
+            out = new_contiguous(shape, out_dt, n, self.pool.alloc(n * itemsize, stream))
+            if n:
+                args = _PACK_BINARY.pack(a._ptr, b._ptr, out._ptr, n)
+                self.launch(fn, (n + per_block - 1) // per_block, 1, 1, THREADS, 1, 1, 0, stream, args)
+            return out
+        out = GPUArray._empty(shape, out_dt, stream)
         n = out._size
-        stream = current_stream_handle()
-        if a._contig and b._contig and a._shape == b._shape:
+        if n == 0:
+            return out
+        if a._contig and b._contig and a._shape == b._shape:  # misaligned views
             vec = vec_width(a, b, out)
-            key = (op, a._dtype, b._dtype, out._dtype, vec)
-            fn = self._fn_cache.get(key)
-            if fn is None:
-                expr = BINARY_CONTIG.format(op=_OPS[op], a=_C[a.dtype], b=_C[b.dtype], o=_C[out.dtype], vec=vec)
-                fn = self._fn_cache[key] = self._fn("elementwise", expr)
+            expr = BINARY_CONTIG.format(op=_OPS[op], a=_C[a._dtype], b=_C[b._dtype], o=_C[out_dt], vec=vec)
             args = _PACK_BINARY.pack(a._ptr, b._ptr, out._ptr, n)
-            per_block = THREADS * UNROLL * vec
-            self.launch(fn, (n + per_block - 1) // per_block, 1, 1, THREADS, 1, 1, 0, stream, args)
-            return
-        key = ("strided", op, a.dtype, b.dtype, out.dtype)
-        fn = self._fn_cache.get(key)
+            self.launch(self._fn("elementwise", expr), _grid_for(n, THREADS * UNROLL * vec), 1, 1, THREADS, 1, 1, 0, stream, args)
+            return out
+        key2 = ("strided", op, a._dtype, b._dtype, out_dt)
+        fn = self._fn_cache.get(key2)
         if fn is None:
-            expr = BINARY_STRIDED.format(op=_OPS[op], a=_C[a.dtype], b=_C[b.dtype], o=_C[out.dtype])
-            fn = self._fn_cache[key] = self._fn("elementwise", expr)
+            expr = BINARY_STRIDED.format(op=_OPS[op], a=_C[a._dtype], b=_C[b._dtype], o=_C[out_dt])
+            fn = self._fn_cache[key2] = self._fn("elementwise", expr)
         fields = _strides_struct(
             out.shape,
             broadcast_strides(a, out.shape),
             broadcast_strides(b, out.shape),
             broadcast_strides(out, out.shape),
         )
-        args = _PACK_STRIDED.pack(a.data_ptr, b.data_ptr, out.data_ptr, n, *fields)
+        args = _PACK_STRIDED.pack(a._ptr, b._ptr, out._ptr, n, *fields)
         self.launch(fn, self._strided_grid(n), 1, 1, THREADS, 1, 1, 0, stream, args)
+        return out
 
-    def binary_scalar(self, op: str, a: Any, s: Any, out: Any, scalar_left: bool) -> None:
-        if not a.is_contiguous:
+    def binary_scalar(self, op: str, a: Any, s: Any, out_dt: np.dtype, scalar_left: bool, stream: int) -> Any:
+        if not a._contig:
             a = a.copy()
-        n = out.size
-        vec = vec_width(a, out)
-        key = ("scalar", op, a.dtype, out.dtype, vec, scalar_left)
-        fn = self._fn_cache.get(key)
-        if fn is None:
+        n = a._size
+        out = new_contiguous(a._shape, out_dt, n, self.pool.alloc(n * out_dt.itemsize, stream))
+        if n == 0:
+            return out
+        key = (op, a._dtype, out_dt, scalar_left, a._ptr & 15 == 0)
+        entry = self._scalar.get(key)
+        if entry is None:
+            vec = vec_width(a, out)
             left = "true" if scalar_left else "false"
-            expr = BINARY_SCALAR.format(op=_OPS[op], a=_C[a.dtype], o=_C[out.dtype], vec=vec, left=left)
-            fn = self._fn_cache[key] = self._fn("elementwise", expr)
-        cdt = compute_dtype(out.dtype)
-        code = cdt.char if cdt.char in _PACK_SCALAR else {"l": "q", "L": "Q"}[cdt.char]
-        # Round to the result dtype first (NumPy casts a weak scalar to it), then widen.
-        value = np.asarray(s).astype(out.dtype).astype(cdt).item()
-        args = _PACK_SCALAR[code].pack(a.data_ptr, value, out.data_ptr, n)
-        self.launch(fn, _grid_for(n, THREADS * UNROLL * vec), 1, 1, THREADS, 1, 1, 0, current_stream_handle(), args)
+            expr = BINARY_SCALAR.format(op=_OPS[op], a=_C[a._dtype], o=_C[out_dt], vec=vec, left=left)
+            cdt = compute_dtype(out_dt)
+            code = cdt.char if cdt.char in _PACK_SCALAR else {"l": "q", "L": "Q"}[cdt.char]
+            entry = self._scalar[key] = (self._fn("elementwise", expr), THREADS * UNROLL * vec, _PACK_SCALAR[code], cdt != out_dt)
+        fn, per_block, packer, narrow = entry
+        if narrow:  # round to the 8/16-bit result dtype first, as NumPy does, then widen
+            s = np.asarray(s).astype(out_dt).astype(np.float32).item()
+        args = packer.pack(a._ptr, s, out._ptr, n)
+        self.launch(fn, (n + per_block - 1) // per_block, 1, 1, THREADS, 1, 1, 0, stream, args)
+        return out
 
     def cast(self, src: Any, out: Any) -> None:
         n = out.size

@@ -14,6 +14,7 @@ import numpy as np
 
 import pygpukit as gp
 
+from .. import _runtime
 from . import peers
 from .harness import Recorder, host_time_us, median_time_ms
 
@@ -88,7 +89,14 @@ def bench_host_overhead(rec: Recorder, quick: bool) -> None:
             alloc = lambda: mod.empty(1 << 18, dtype=mod.float32)  # noqa: E731
         else:
             alloc = lambda: np.empty(1 << 18, np.float32)  # noqa: E731
-        rec.add("alloc_free_1MiB_host", name, "us", host_time_us(alloc, sync, inner, reps), False)
+        rec.add("empty_1MiB_host", name, "us", host_time_us(alloc, sync, inner, reps), False)
+        if name == "pygpukit":
+            # the pool alone (alloc + free of a block), against the peers' empty()
+            rt = _runtime.get()
+            raw = lambda: rt.pool.alloc(1 << 20, rt.stream)  # noqa: E731
+            rec.add("pool_alloc_free_1MiB_host", name, "us", host_time_us(raw, sync, inner, reps), False)
+        elif name in ("torch", "cupy"):
+            rec.add("pool_alloc_free_1MiB_host", name, "us", host_time_us(alloc, sync, inner, reps), False, note="empty()")
 
 
 _JIT_SRC = """
