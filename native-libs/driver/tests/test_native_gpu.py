@@ -11,7 +11,6 @@ import struct
 import subprocess
 import sys
 import threading
-import time
 
 import pytest
 
@@ -287,21 +286,16 @@ def test_host_alloc(table: _Table) -> None:
     _native.host_free(h)
 
 
-def test_launch_overhead(kernels: dict) -> None:
+def test_many_launches_are_counted(kernels: dict) -> None:
+    # Launch cost is measured by the benchmark (launch_empty_host), not here.
     s = _native.stream_create()
     f, launch = kernels["empty"], _native.launch
-    n = 20000
-    for _ in range(1000):
+    before = _native.stats()["launches"]
+    for _ in range(5000):
         launch(f, 1, 1, 1, 32, 1, 1, 0, s, b"")
-    _native.stream_synchronize(s)
-    t0 = time.perf_counter()
-    for _ in range(n):
-        launch(f, 1, 1, 1, 32, 1, 1, 0, s, b"")
-    dt = (time.perf_counter() - t0) / n
     _native.stream_synchronize(s)
     _native.stream_destroy(s)
-    print(f"launch: {dt * 1e6:.2f} us per call (Python loop + cuLaunchKernel)")
-    assert dt < 20e-6
+    assert _native.stats()["launches"] - before == 5000
 
 
 def test_sync_debug_names_failing_launch(kernels: dict) -> None:
