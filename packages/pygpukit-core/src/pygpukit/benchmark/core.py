@@ -77,10 +77,10 @@ def bench_bandwidth(rec: Recorder, quick: bool) -> None:
 
 
 def bench_host_overhead(rec: Recorder, quick: bool) -> None:
-    inner, reps = (200, 5) if quick else (2000, 15)
+    burst, reps = (50, 20) if quick else (50, 400)
     for name, _, mod in _impls(quick):
         a, b, sync = _arrays(name, mod, 1024)
-        rec.add("tiny_add_1024_host", name, "us", host_time_us(lambda: a + b, sync, inner, reps), False)
+        rec.add("tiny_add_1024_host", name, "us", host_time_us(lambda: a + b, sync, burst, reps), False)
         if name == "pygpukit":
             alloc = lambda: gp.empty((1 << 18,), gp.float32)  # noqa: E731
         elif name == "torch":
@@ -89,14 +89,43 @@ def bench_host_overhead(rec: Recorder, quick: bool) -> None:
             alloc = lambda: mod.empty(1 << 18, dtype=mod.float32)  # noqa: E731
         else:
             alloc = lambda: np.empty(1 << 18, np.float32)  # noqa: E731
-        rec.add("empty_1MiB_host", name, "us", host_time_us(alloc, sync, inner, reps), False)
+        rec.add("empty_1MiB_host", name, "us", host_time_us(alloc, sync, burst, reps), False)
         if name == "pygpukit":
             # the pool alone (alloc + free of a block), against the peers' empty()
             rt = _runtime.get()
             raw = lambda: rt.pool.alloc(1 << 20, rt.stream)  # noqa: E731
-            rec.add("pool_alloc_free_1MiB_host", name, "us", host_time_us(raw, sync, inner, reps), False)
+            rec.add("pool_alloc_free_1MiB_host", name, "us", host_time_us(raw, sync, burst, reps), False)
         elif name in ("torch", "cupy"):
-            rec.add("pool_alloc_free_1MiB_host", name, "us", host_time_us(alloc, sync, inner, reps), False, note="empty()")
+            rec.add("pool_alloc_free_1MiB_host", name, "us", host_time_us(alloc, sync, burst, reps), False, note="empty()")
+
+
+_EMPTY_SRC = 'extern "C" __global__ void empty4(const float* a, const float* b, float* c, long long n) {}'
+
+
+def bench_launch(rec: Recorder, quick: bool) -> None:
+    """The driver's floor under every op: host time of launching an empty kernel
+    (pygpukit's raw launch, gp.jit's call with marshalling, CuPy's RawKernel)."""
+    if gp.backend() != "cuda":
+        return
+    burst, reps = (50, 20) if quick else (50, 400)
+    rt = _runtime.get()
+    a = gp.zeros(1024, gp.float32)
+    k = gp.jit(_EMPTY_SRC, "empty4")
+    k(1, 32, a, a, a, 1024)
+    fn = k._function(rt)
+    packed = k._packer.pack((a, a, a, 1024))
+    launch, stream = rt.native.launch, rt.stream
+    raw = lambda: launch(fn, 1, 1, 1, 32, 1, 1, 0, stream, packed)  # noqa: E731
+    rec.add("launch_empty_host", "pygpukit", "us", host_time_us(raw, gp.synchronize, burst, reps), False, note="native.launch")
+    rec.add("jit_call_empty_host", "pygpukit", "us", host_time_us(lambda: k(1, 32, a, a, a, 1024), gp.synchronize, burst, reps), False)
+    cupy = peers.cupy_cuda()
+    if cupy is not None:
+        ck = cupy.RawKernel(_EMPTY_SRC, "empty4")
+        ca = cupy.zeros(1024, cupy.float32)
+        n = cupy.int64(1024)
+        call = lambda: ck((1,), (32,), (ca, ca, ca, n))  # noqa: E731
+        sync = cupy.cuda.Device().synchronize
+        rec.add("jit_call_empty_host", "cupy", "us", host_time_us(call, sync, burst, reps), False, note="RawKernel")
 
 
 _JIT_SRC = """
@@ -167,6 +196,7 @@ def bench_import(rec: Recorder, quick: bool) -> None:
 SUITE = {
     "bandwidth": bench_bandwidth,
     "host_overhead": bench_host_overhead,
+    "launch": bench_launch,
     "jit": bench_jit,
     "import": bench_import,
 }

@@ -62,18 +62,23 @@ def median_time_ms(run: Callable[[], Any], start_stop: Callable[[], tuple[Callab
     return statistics.median(times)
 
 
-def host_time_us(run: Callable[[], Any], sync: Callable[[], None], inner: int, reps: int) -> float:
-    """Median host time per call of ``run`` in microseconds, over ``reps`` loops of ``inner`` calls."""
-    for _ in range(inner):
+def host_time_us(run: Callable[[], Any], sync: Callable[[], None], burst: int, reps: int) -> float:
+    """Median host time per call of ``run`` in microseconds.
+
+    Calls are timed in bursts of ``burst`` with a synchronization (not timed)
+    between bursts, so the GPU's queue never fills: a full queue would make a
+    launch wait for the GPU, which is not host overhead.
+    """
+    for _ in range(burst):
         run()
     sync()
     times = []
     for _ in range(reps):
         t0 = time.perf_counter()
-        for _ in range(inner):
+        for _ in range(burst):
             run()
+        times.append((time.perf_counter() - t0) / burst * 1e6)
         sync()
-        times.append((time.perf_counter() - t0) / inner * 1e6)
     return statistics.median(times)
 
 

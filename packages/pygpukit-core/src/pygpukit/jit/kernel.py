@@ -7,10 +7,13 @@ from collections.abc import Sequence
 
 from .. import _runtime
 from .._errors import BackendError
+from ..streams import current_stream_handle
 from . import compiler, module, signature
 
 
 def _dim3(value: int | Sequence[int], what: str) -> tuple[int, int, int]:
+    if type(value) is int and value >= 1:
+        return value, 1, 1
     dims = (value,) if isinstance(value, int) else tuple(value)
     if not 1 <= len(dims) <= 3 or not all(isinstance(d, int) and not isinstance(d, bool) for d in dims):
         raise TypeError(f"{what} must be an int or a tuple of 1 to 3 ints, got {value!r}")
@@ -106,18 +109,19 @@ class JitKernel:
         return rt
 
     def __call__(self, grid, block, *args, stream=None, shared_mem: int = 0) -> None:
-        rt = self._require_cuda()
+        rt = _runtime._runtime
+        if rt is None or rt.backend != "cuda":
+            rt = self._require_cuda()
         g = _dim3(grid, "grid")
         b = _dim3(block, "block")
         if b[0] * b[1] * b[2] > 1024:
             raise ValueError(f"block {b} has {b[0] * b[1] * b[2]} threads; the maximum is 1024")
-        if not isinstance(shared_mem, int) or shared_mem < 0:
+        if type(shared_mem) is not int or shared_mem < 0:
             raise ValueError(f"shared_mem must be a non-negative int, got {shared_mem!r}")
         packed = self._packer.pack(args)
-        from ..streams import current_stream_handle
-
         handle = stream.handle if stream is not None else current_stream_handle()
-        rt.native.launch(self._function(rt), g[0], g[1], g[2], b[0], b[1], b[2], shared_mem, handle, packed)
+        fn = self._fn.get(rt.sm) or self._function(rt)
+        rt.native.launch(fn, g[0], g[1], g[2], b[0], b[1], b[2], shared_mem, handle, packed)
 
     def __repr__(self) -> str:
         sig = ", ".join(f"{p.ctype} {p.name}" for p in self.params)

@@ -127,8 +127,21 @@ class Packer:
             raise TypeError(f"kernel {self.func}({sig}) takes {len(params)} arguments, got {len(args)}")
         values = []
         for p, a in zip(params, args):
-            values.append(self._pointer(p, a) if p.pointer else self._scalar(p, a))
-        return self._struct.pack(*values)
+            if p.pointer:
+                # fast path: an array whose dtype matches the pointee (or void*)
+                ptr = getattr(a, "_ptr", None)
+                if ptr is not None and (p.dtype is None or a._dtype is p.dtype):  # type: ignore[attr-defined]
+                    values.append(ptr)
+                else:
+                    values.append(self._pointer(p, a))
+            elif type(a) is float and p.code in "fd" or type(a) is int and p.code in "bBhHiIqQ":
+                values.append(a)
+            else:
+                values.append(self._scalar(p, a))
+        try:
+            return self._struct.pack(*values)
+        except struct.error as exc:  # an int out of the C type's range
+            raise OverflowError(f"kernel {self.func}: an argument does not fit its C type ({exc})") from None
 
     def _pointer(self, p: Param, a: object) -> int:
         ptr = getattr(a, "_ptr", None)
