@@ -12,7 +12,6 @@ gpu     on the GPU machine (no Rust, no network): install with a prebuilt _rt, r
 from __future__ import annotations
 
 import glob
-import os
 import re
 from pathlib import Path
 
@@ -66,7 +65,7 @@ def lint(session: nox.Session) -> None:
     session.install("ruff>=0.6", "mypy>=1.10", "numpy", "ml_dtypes")
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
-    session.run("mypy", "packages/pygpukit-core/src/pygpukit")
+    session.run("mypy", "-p", "pygpukit", env={"MYPYPATH": str(ROOT / "packages/pygpukit-core/src")})
 
 
 @nox.session(venv_backend="none")
@@ -74,7 +73,9 @@ def docs(session: nox.Session) -> None:
     """Every PYGPUKIT_* environment variable read by the code is documented in the README,
     and every relative link in the Markdown files points at a file that exists."""
     code = ""
-    for f in glob.glob(str(ROOT / "packages/*/src/**/*.py"), recursive=True) + glob.glob(str(ROOT / "native-libs/**/*.cpp"), recursive=True):
+    for f in glob.glob(str(ROOT / "packages/*/src/**/*.py"), recursive=True) + glob.glob(
+        str(ROOT / "native-libs/**/*.cpp"), recursive=True
+    ):
         code += Path(f).read_text()
     used = set(re.findall(r"PYGPUKIT_[A-Z_]+", code)) - {"PYGPUKIT_DRIVER_TABLE_H"}
     readme = (ROOT / "README.md").read_text()

@@ -33,6 +33,8 @@ cases = {
     "pool.alloc+free": lambda: pool.alloc(4096, stream),
     "gp.empty": lambda: gp.empty((1024,), gp.float32),
 }
+
+
 def burst_us(f, burst=50, reps=200):
     """Host time per call in bursts short enough that the GPU queue never fills
     (a full queue makes a launch wait for the GPU, which is not host overhead)."""
@@ -63,7 +65,9 @@ print(f"{t:8.3f} us  a + b without the launch call")
 
 # The driver's own cost per launch: an empty kernel without parameters, one
 # with parameters through the packed buffer, and CuPy's launch (kernelParams).
-EMPTY = 'extern "C" __global__ void empty0() {}\nextern "C" __global__ void empty4(const float* a, const float* b, float* c, long long n) {}\n'
+EMPTY = (
+    'extern "C" __global__ void empty0() {}\nextern "C" __global__ void empty4(const float* a, const float* b, float* c, long long n) {}\n'
+)
 k0 = gp.jit(EMPTY, "empty0")
 k4 = gp.jit(EMPTY, "empty4")
 f0 = k0._function(rt)

@@ -169,9 +169,7 @@ def test_compile_cubin_with_name_expressions(nvrtc: str) -> None:
 
 
 def test_compile_ptx(nvrtc: str) -> None:
-    image, _log, lowered = _native.nvrtc_compile(
-        SAXPY, "saxpy.cu", ["--gpu-architecture=compute_80"], ["saxpy<float>"], "ptx"
-    )
+    image, _log, lowered = _native.nvrtc_compile(SAXPY, "saxpy.cu", ["--gpu-architecture=compute_80"], ["saxpy<float>"], "ptx")
     assert len(image) > 0
     text = image.rstrip(b"\0").decode()
     assert ".entry" in text and lowered["saxpy<float>"] in text
@@ -205,10 +203,8 @@ def test_compile_from_two_threads(nvrtc: str) -> None:
             barrier.wait()
             for _ in range(3):
                 src = SAXPY + f"\n__global__ void extra{i}(int* p) {{ p[0] = {i}; }}\n"
-                results[i] = _native.nvrtc_compile(
-                    src, f"t{i}.cu", ["--gpu-architecture=sm_80"], ["saxpy<float>", f"extra{i}"], "cubin"
-                )
-        except BaseException as exc:  # noqa: BLE001 - reported below
+                results[i] = _native.nvrtc_compile(src, f"t{i}.cu", ["--gpu-architecture=sm_80"], ["saxpy<float>", f"extra{i}"], "cubin")
+        except BaseException as exc:
             results[i] = exc
 
     threads = [threading.Thread(target=work, args=(i,)) for i in range(2)]

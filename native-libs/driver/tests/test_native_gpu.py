@@ -1,6 +1,6 @@
 """GPU checks of pygpukit._native (skipped without a CUDA device and NVRTC).
 
-    PYTHONPATH=<build>/stage python -m pytest native-libs/driver/tests/test_native_gpu.py
+PYTHONPATH=<build>/stage python -m pytest native-libs/driver/tests/test_native_gpu.py
 """
 
 from __future__ import annotations
@@ -66,8 +66,14 @@ class _Table(ctypes.Structure):
         ("mem_alloc", ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_uint64, ctypes.POINTER(ctypes.c_uint64))),
         ("mem_free", ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_uint64)),
         ("mem_get_info", ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_uint64))),
-        ("memcpy_async", ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_uint64)),
-        ("memset_d8_async", ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint8, ctypes.c_uint64, ctypes.c_uint64)),
+        (
+            "memcpy_async",
+            ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_uint64),
+        ),
+        (
+            "memset_d8_async",
+            ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint8, ctypes.c_uint64, ctypes.c_uint64),
+        ),
         ("stream_synchronize", ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_uint64)),
         ("device_synchronize", ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)),
         ("event_create", ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint64))),
@@ -257,7 +263,7 @@ def test_launch_from_threads(kernels: dict) -> None:
                 _native.launch(kernels["empty"], 1, 1, 1, 32, 1, 1, 0, s, b"")
             _native.stream_synchronize(s)
             _native.stream_destroy(s)
-        except BaseException as exc:  # noqa: BLE001
+        except BaseException as exc:
             errors.append(exc)
 
     threads = [threading.Thread(target=work) for _ in range(4)]

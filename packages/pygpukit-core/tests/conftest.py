@@ -9,9 +9,9 @@ import zlib
 
 import numpy as np
 import pytest
-from gp_testing import require_nvrtc
 
 import pygpukit as gp
+from gp_testing import require_nvrtc
 
 
 def pytest_collection_modifyitems(config, items):

@@ -14,7 +14,7 @@ def test_info_reports_backend_and_cache(capsys):
     i = gp.info()
     assert i.backend == gp.backend()
     text = str(i)
-    assert f"backend" in text and i.cache_dir in text
+    assert "backend" in text and i.cache_dir in text
     if i.backend == "cpu":
         assert i.fallback_reason
         assert "fallback reason" in text

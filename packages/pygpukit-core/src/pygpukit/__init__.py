@@ -36,7 +36,7 @@ from .streams import Event, Stream, current_stream, synchronize
 
 
 def backend() -> str:
-    """"cuda" or "cpu" (choosing it now if not chosen yet)."""
+    """ "cuda" or "cpu" (choosing it now if not chosen yet)."""
     from . import _runtime
 
     return _runtime.get().backend
@@ -48,9 +48,46 @@ def to_numpy(a: GPUArray) -> object:
 
 
 __all__ = [
-    "BackendError", "CompileError", "CudaError", "Device", "Event", "GPUArray", "Info", "JitKernel",
-    "NVRTCError", "OutOfMemoryError", "PyGPUkitError", "Stream", "arange", "asarray", "backend",
-    "bfloat16", "bool_", "current_stream", "empty", "float16", "float32", "float64", "float8_e4m3fn",
-    "float8_e5m2", "from_numpy", "full", "info", "int16", "int32", "int64", "int8", "jit", "memory",
-    "ones", "result_type", "synchronize", "to_numpy", "uint16", "uint32", "uint64", "uint8", "zeros",
+    "BackendError",
+    "CompileError",
+    "CudaError",
+    "Device",
+    "Event",
+    "GPUArray",
+    "Info",
+    "JitKernel",
+    "NVRTCError",
+    "OutOfMemoryError",
+    "PyGPUkitError",
+    "Stream",
+    "arange",
+    "asarray",
+    "backend",
+    "bfloat16",
+    "bool_",
+    "current_stream",
+    "empty",
+    "float8_e4m3fn",
+    "float8_e5m2",
+    "float16",
+    "float32",
+    "float64",
+    "from_numpy",
+    "full",
+    "info",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "jit",
+    "memory",
+    "ones",
+    "result_type",
+    "synchronize",
+    "to_numpy",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
+    "zeros",
 ]  # fmt: skip

@@ -7,12 +7,12 @@ import it at load time to raise these exact classes.
 from __future__ import annotations
 
 __all__ = [
-    "PyGPUkitError",
+    "BackendError",
+    "CompileError",
     "CudaError",
     "NVRTCError",
-    "CompileError",
     "OutOfMemoryError",
-    "BackendError",
+    "PyGPUkitError",
 ]
 
 

@@ -78,7 +78,6 @@ def _try_cuda() -> tuple[Runtime | None, str]:
     device = int(os.environ.get("PYGPUKIT_DEVICE", "0"))
     _native.set_device(device)
     props = _native.device_properties(device)
-    lo, hi = _native.stream_priority_range()
     stream = _native.stream_create(0, True)
     pool = _rt.Pool(_native.driver_table(), _memory_limit())
     from ._backend import cuda

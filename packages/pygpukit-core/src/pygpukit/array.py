@@ -26,7 +26,7 @@ _SCALAR_TYPES = (bool, int, float)
 class Device:
     """Where an array lives: ``Device("cuda", 0)`` or ``Device("cpu", 0)``."""
 
-    __slots__ = ("type", "index")
+    __slots__ = ("index", "type")
 
     def __init__(self, type: str, index: int = 0) -> None:
         self.type = type
@@ -77,7 +77,7 @@ class GPUArray:
     """An array in pygpukit's memory. Create with ``gp.asarray``, ``gp.zeros``, ``gp.from_numpy``..."""
 
     # _strides is None for C-contiguous arrays (the strides property computes them).
-    __slots__ = ("_shape", "_dtype", "_strides", "_ptr", "_block", "_size", "_contig", "__weakref__")
+    __slots__ = ("__weakref__", "_block", "_contig", "_dtype", "_ptr", "_shape", "_size", "_strides")
     __array_priority__ = 100  # NumPy defers binary operators to GPUArray
 
     _shape: tuple[int, ...]
@@ -311,7 +311,9 @@ def _out_dtype(op: str, dt: np.dtype) -> np.dtype:
 
 def _check_bool_sub(op: str, *dts: np.dtype) -> None:
     if op == SUB and all(dt == _dtypes.bool_ for dt in dts):
-        raise TypeError("numpy boolean subtract, the `-` operator, is not supported, use the bitwise_xor, the `^` operator, or the logical_xor function instead.")
+        raise TypeError(
+            "numpy boolean subtract, the `-` operator, is not supported, use the bitwise_xor, the `^` operator, or the logical_xor function instead."
+        )
 
 
 _binary_dtypes: dict[tuple[str, np.dtype, np.dtype], np.dtype] = {}

@@ -64,8 +64,7 @@ def driver_vs_nvrtc(driver: int, nvrtc_version: tuple[int, int], sm: int | None,
         FAIL,
         f"NVRTC {nvrtc_version[0]}.{nvrtc_version[1]} is newer than the driver (CUDA {drv}) and cannot emit CUBIN for "
         f"sm_{sm}, so pygpukit would have to load PTX the driver rejects",
-        f"install an NVRTC no newer than the driver: pip install 'nvidia-cuda-nvrtc=={driver // 1000}.*' "
-        "(or update the NVIDIA driver)",
+        f"install an NVRTC no newer than the driver: pip install 'nvidia-cuda-nvrtc=={driver // 1000}.*' (or update the NVIDIA driver)",
     )
 
 
@@ -77,16 +76,20 @@ def run_checks() -> list[Check]:
             checks.append(Check(f"copies of pygpukit.{mod}", FAIL, "several on sys.path: " + ", ".join(paths),
                                 "remove the stale copies (pip uninstall pygpukit-core, then reinstall; check PYTHONPATH)"))  # fmt: skip
     try:
-        from . import _rt  # noqa: F401
+        from . import _rt
 
         checks.append(Check("pygpukit._rt (Rust pool)", OK, _rt.__file__ or ""))
     except ImportError as exc:
-        checks.append(Check("pygpukit._rt (Rust pool)", FAIL, str(exc), "reinstall pygpukit-core: pip install --force-reinstall pygpukit-core"))
+        checks.append(
+            Check("pygpukit._rt (Rust pool)", FAIL, str(exc), "reinstall pygpukit-core: pip install --force-reinstall pygpukit-core")
+        )
         return checks
     try:
         from . import _native
     except ImportError as exc:
-        checks.append(Check("pygpukit._native (driver layer)", FAIL, str(exc), "reinstall pygpukit-core: pip install --force-reinstall pygpukit-core"))
+        checks.append(
+            Check("pygpukit._native (driver layer)", FAIL, str(exc), "reinstall pygpukit-core: pip install --force-reinstall pygpukit-core")
+        )
         return checks
     checks.append(Check("pygpukit._native (driver layer)", OK, _native.__file__ or ""))
 

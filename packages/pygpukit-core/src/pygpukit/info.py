@@ -39,7 +39,12 @@ class Info:
                 ("driver", f"CUDA {self.driver_version}"),
             ]
         rows += [
-            ("nvrtc", f"{self.nvrtc_version} from {self.nvrtc_source}: {self.nvrtc_path}" if self.nvrtc_path else "not found (pip install nvidia-cuda-nvrtc)"),
+            (
+                "nvrtc",
+                f"{self.nvrtc_version} from {self.nvrtc_source}: {self.nvrtc_path}"
+                if self.nvrtc_path
+                else "not found (pip install nvidia-cuda-nvrtc)",
+            ),
             ("kernel cache", self.cache_dir),
         ]
         width = max(len(k) for k, _ in rows)
@@ -56,7 +61,7 @@ def info() -> Info:
         nv = nvrtc.load()
         nv_version, nv_path, nv_source = "%d.%d" % nv.version, nv.path, nv.source
     except Exception:
-        nv_version = nv_path = nv_source = None
+        nv_version = nv_path = nv_source = None  # type: ignore[assignment]
     if rt.backend == "cuda":
         p = rt.props
         free, total = rt.native.mem_get_info()

@@ -14,6 +14,7 @@ import time
 
 from . import _runtime
 
+
 class _StreamStack(threading.local):
     # A class-level default: reading it never raises AttributeError (which
     # would cost a microsecond on every op).

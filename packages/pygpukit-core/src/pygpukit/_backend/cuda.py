@@ -59,8 +59,8 @@ def arange_terms(dt: np.dtype, start: float | int, step: float | int) -> tuple[n
     first = np.asarray(start).astype(dt).astype(calc)
     second = np.asarray(start + step).astype(dt).astype(calc)
     with np.errstate(over="ignore"):
-        delta = second - first
-    return first[()], delta[()], second[()]
+        delta = second - first  # type: ignore[operator]
+    return first[()], delta[()], second[()]  # type: ignore[return-value]
 
 
 def accumulator(out_dt: np.dtype) -> np.dtype:
@@ -164,7 +164,7 @@ class CudaOps:
             self.launch(self._fn("elementwise", expr), _grid_for(n, THREADS * UNROLL * vec), 1, 1, THREADS, 1, 1, 0, stream, args)
             return out
         key2 = ("strided", op, a._dtype, b._dtype, out_dt)
-        fn = self._fn_cache.get(key2)
+        fn = self._fn_cache.get(key2)  # type: ignore[assignment]
         if fn is None:
             expr = BINARY_STRIDED.format(op=_OPS[op], a=_C[a._dtype], b=_C[b._dtype], o=_C[out_dt])
             fn = self._fn_cache[key2] = self._fn("elementwise", expr)

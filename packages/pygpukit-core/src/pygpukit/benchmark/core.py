@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable
 
 import numpy as np
 
@@ -49,25 +50,8 @@ def _arrays(name: str, mod, n: int):
 
 def bench_bandwidth(rec: Recorder, quick: bool) -> None:
     log2 = 24 if quick else 28
-    n = 1 << log2
-    warm, reps = (3, 10) if quick else (5, 30)
     for name, timer, mod in _impls(quick):
-        a, b, sync = _arrays(name, mod, n)
-        if name == "pygpukit":
-            copy_fn, add_fn, sum_fn = a.copy, lambda: a + b, a.sum
-        elif name == "torch":
-            out = mod.empty_like(a)
-            copy_fn, add_fn, sum_fn = (lambda: out.copy_(a)), (lambda: a + b), a.sum
-        elif name == "cupy":
-            copy_fn, add_fn, sum_fn = a.copy, (lambda: a + b), a.sum
-        else:
-            copy_fn, add_fn, sum_fn = a.copy, (lambda: a + b), a.sum
-        sync()
-        nbytes = n * 4
-        for bench, fn, moved in (("copy", copy_fn, 2 * nbytes), ("add", add_fn, 3 * nbytes), ("sum", sum_fn, nbytes)):
-            ms = median_time_ms(fn, timer, warm, reps)
-            rec.add(f"{bench}_f32_2^{log2}", name, "GB/s", moved / ms / 1e6, True)
-        del a, b
+        _bandwidth_one(rec, name, timer, mod, log2, quick)
         if name == "pygpukit":
             gp.memory.empty_cache()
         elif name == "torch":
@@ -76,27 +60,48 @@ def bench_bandwidth(rec: Recorder, quick: bool) -> None:
             mod.get_default_memory_pool().free_all_blocks()
 
 
+def _bandwidth_one(rec: Recorder, name: str, timer, mod, log2: int, quick: bool) -> None:
+    n = 1 << log2
+    warm, reps = (3, 10) if quick else (5, 30)
+    a, b, sync = _arrays(name, mod, n)
+    if name == "torch":
+        out = mod.empty_like(a)
+        copy_fn = lambda: out.copy_(a)
+    else:
+        copy_fn = a.copy
+    sync()
+    nbytes = n * 4
+    for bench, fn, moved in (("copy", copy_fn, 2 * nbytes), ("add", lambda: a + b, 3 * nbytes), ("sum", a.sum, nbytes)):
+        ms = median_time_ms(fn, timer, warm, reps)
+        rec.add(f"{bench}_f32_2^{log2}", name, "GB/s", moved / ms / 1e6, True)
+
+
 def bench_host_overhead(rec: Recorder, quick: bool) -> None:
     burst, reps = (50, 20) if quick else (50, 400)
     for name, _, mod in _impls(quick):
-        a, b, sync = _arrays(name, mod, 1024)
-        rec.add("tiny_add_1024_host", name, "us", host_time_us(lambda: a + b, sync, burst, reps), False)
-        if name == "pygpukit":
-            alloc = lambda: gp.empty((1 << 18,), gp.float32)  # noqa: E731
-        elif name == "torch":
-            alloc = lambda: mod.empty(1 << 18, dtype=mod.float32, device="cuda")  # noqa: E731
-        elif name == "cupy":
-            alloc = lambda: mod.empty(1 << 18, dtype=mod.float32)  # noqa: E731
-        else:
-            alloc = lambda: np.empty(1 << 18, np.float32)  # noqa: E731
-        rec.add("empty_1MiB_host", name, "us", host_time_us(alloc, sync, burst, reps), False)
-        if name == "pygpukit":
-            # the pool alone (alloc + free of a block), against the peers' empty()
-            rt = _runtime.get()
-            raw = lambda: rt.pool.alloc(1 << 20, rt.stream)  # noqa: E731
-            rec.add("pool_alloc_free_1MiB_host", name, "us", host_time_us(raw, sync, burst, reps), False)
-        elif name in ("torch", "cupy"):
-            rec.add("pool_alloc_free_1MiB_host", name, "us", host_time_us(alloc, sync, burst, reps), False, note="empty()")
+        _host_overhead_one(rec, name, mod, burst, reps)
+
+
+def _host_overhead_one(rec: Recorder, name: str, mod, burst: int, reps: int) -> None:
+    a, b, sync = _arrays(name, mod, 1024)
+    rec.add("tiny_add_1024_host", name, "us", host_time_us(lambda: a + b, sync, burst, reps), False)
+    alloc: Callable[[], object]
+    if name == "pygpukit":
+        alloc = lambda: gp.empty((1 << 18,), gp.float32)
+    elif name == "torch":
+        alloc = lambda: mod.empty(1 << 18, dtype=mod.float32, device="cuda")
+    elif name == "cupy":
+        alloc = lambda: mod.empty(1 << 18, dtype=mod.float32)
+    else:
+        alloc = lambda: np.empty(1 << 18, np.float32)
+    rec.add("empty_1MiB_host", name, "us", host_time_us(alloc, sync, burst, reps), False)
+    if name == "pygpukit":
+        # the pool alone (alloc + free of a block), against the peers' empty()
+        rt = _runtime.get()
+        raw = lambda: rt.pool.alloc(1 << 20, rt.stream)
+        rec.add("pool_alloc_free_1MiB_host", name, "us", host_time_us(raw, sync, burst, reps), False)
+    elif name in ("torch", "cupy"):
+        rec.add("pool_alloc_free_1MiB_host", name, "us", host_time_us(alloc, sync, burst, reps), False, note="empty()")
 
 
 _EMPTY_SRC = 'extern "C" __global__ void empty4(const float* a, const float* b, float* c, long long n) {}'
@@ -115,7 +120,7 @@ def bench_launch(rec: Recorder, quick: bool) -> None:
     fn = k._function(rt)
     packed = k._packer.pack((a, a, a, 1024))
     launch, stream = rt.native.launch, rt.stream
-    raw = lambda: launch(fn, 1, 1, 1, 32, 1, 1, 0, stream, packed)  # noqa: E731
+    raw = lambda: launch(fn, 1, 1, 1, 32, 1, 1, 0, stream, packed)
     rec.add("launch_empty_host", "pygpukit", "us", host_time_us(raw, gp.synchronize, burst, reps), False, note="native.launch")
     rec.add("jit_call_empty_host", "pygpukit", "us", host_time_us(lambda: k(1, 32, a, a, a, 1024), gp.synchronize, burst, reps), False)
     cupy = peers.cupy_cuda()
@@ -123,7 +128,7 @@ def bench_launch(rec: Recorder, quick: bool) -> None:
         ck = cupy.RawKernel(_EMPTY_SRC, "empty4")
         ca = cupy.zeros(1024, cupy.float32)
         n = cupy.int64(1024)
-        call = lambda: ck((1,), (32,), (ca, ca, ca, n))  # noqa: E731
+        call = lambda: ck((1,), (32,), (ca, ca, ca, n))
         sync = cupy.cuda.Device().synchronize
         rec.add("jit_call_empty_host", "cupy", "us", host_time_us(call, sync, burst, reps), False, note="RawKernel")
 

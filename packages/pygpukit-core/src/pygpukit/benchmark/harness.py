@@ -45,7 +45,9 @@ class Recorder:
         print(f"  {bench:<28} {impl:<10} {rec.value:>12.4g} {metric}", flush=True)
 
 
-def median_time_ms(run: Callable[[], Any], start_stop: Callable[[], tuple[Callable[[], None], Callable[[], float]]], warmup: int, reps: int) -> float:
+def median_time_ms(
+    run: Callable[[], Any], start_stop: Callable[[], tuple[Callable[[], None], Callable[[], float]]], warmup: int, reps: int
+) -> float:
     """Median of ``reps`` timings of ``run`` after ``warmup`` calls.
 
     ``start_stop()`` returns (begin, end) callables: begin() marks the start,

@@ -66,8 +66,7 @@ def compile_source(
     if debug_enabled():
         _debug(
             f"nvrtc {program_name} {' '.join(opts)} names={list(name_expressions)} "
-            f"-> {kind} {len(image)} B in {(time.perf_counter() - t0) * 1e3:.1f} ms"
-            + (f"\n{log}" if log.strip() else "")
+            f"-> {kind} {len(image)} B in {(time.perf_counter() - t0) * 1e3:.1f} ms" + (f"\n{log}" if log.strip() else "")
         )
     return binary
 

@@ -28,7 +28,10 @@ def _template_signature(source: str, expr: str) -> list[signature.Param]:
     name, _, targs = expr.partition("<")
     targs = targs.rsplit(">", 1)[0]
     no_comments = re.sub(r"//[^\n]*|/\*.*?\*/", " ", source, flags=re.S)
-    m = re.search(r"template\s*<([^{;]*?)>\s*__global__[^;{]*?\bvoid\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?" + re.escape(name) + r"\s*\(", no_comments)
+    m = re.search(
+        r"template\s*<([^{;]*?)>\s*__global__[^;{]*?\bvoid\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?" + re.escape(name) + r"\s*\(",
+        no_comments,
+    )
     if m is None:
         raise ValueError(f"no template kernel '{name}' found in the source; pass signature= explicitly")
     tparams = [p.strip().split()[-1] for p in signature._split_top_level(m.group(1))]

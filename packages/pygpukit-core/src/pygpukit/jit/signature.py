@@ -52,7 +52,7 @@ class Param:
 
 def parse_params(text: str) -> list[Param]:
     """Parse a C parameter list such as ``"const float* __restrict__ x, int n"``."""
-    params = []
+    params: list[Param] = []
     text = text.strip()
     if text in ("", "void"):
         return params
@@ -83,7 +83,9 @@ def parse_params(text: str) -> list[Param]:
 
 
 def _split_top_level(text: str) -> list[str]:
-    parts, depth, cur = [], 0, []
+    parts: list[str] = []
+    cur: list[str] = []
+    depth = 0
     for ch in text:
         if ch in "<([":
             depth += 1
@@ -101,7 +103,9 @@ def _split_top_level(text: str) -> list[str]:
 def find_signature(source: str, func: str) -> list[Param]:
     """Find ``__global__ void func(...)`` in ``source`` and parse its parameters."""
     no_comments = re.sub(r"//[^\n]*|/\*.*?\*/", " ", source, flags=re.S)
-    pattern = re.compile(r"__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?void\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?" + re.escape(func) + r"\s*\(")
+    pattern = re.compile(
+        r"__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?void\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?" + re.escape(func) + r"\s*\("
+    )
     m = pattern.search(no_comments)
     if m is None:
         raise ValueError(f"no kernel '__global__ void {func}(...)' found in the source")
@@ -134,7 +138,7 @@ class Packer:
                     values.append(ptr)
                 else:
                     values.append(self._pointer(p, a))
-            elif type(a) is float and p.code in "fd" or type(a) is int and p.code in "bBhHiIqQ":
+            elif (type(a) is float and p.code in "fd") or (type(a) is int and p.code in "bBhHiIqQ"):
                 values.append(a)
             else:
                 values.append(self._scalar(p, a))
@@ -154,7 +158,9 @@ class Packer:
             return 0
         if isinstance(a, (int, np.integer)) and not isinstance(a, bool):
             return int(a)
-        raise TypeError(f"kernel {self.func}: parameter {p.name} ({p.ctype}) needs a GPUArray, an int address or None, got {type(a).__name__}")
+        raise TypeError(
+            f"kernel {self.func}: parameter {p.name} ({p.ctype}) needs a GPUArray, an int address or None, got {type(a).__name__}"
+        )
 
     def _scalar(self, p: Param, a: object) -> object:
         if not isinstance(a, (bool, int, float, np.generic)):
