@@ -9,15 +9,12 @@ Rust pool (through its host driver table) and ops run on NumPy.
 
 from __future__ import annotations
 
-import logging
 import os
 import threading
 from dataclasses import dataclass, field
 from typing import Any
 
 from ._errors import CudaError, NVRTCError
-
-logger = logging.getLogger("pygpukit")
 
 
 @dataclass
@@ -103,10 +100,12 @@ def _init() -> Runtime:
             return _runtime
         rt, reason = _try_cuda()
         if rt is None:
+            import logging
+
             from . import _rt
             from ._backend import cpu
 
-            logger.warning("Falling back to CPU simulation backend: %s", reason)
+            logging.getLogger("pygpukit").warning("Falling back to CPU simulation backend: %s", reason)
             rt = Runtime(backend="cpu", reason=reason, pool=_rt.Pool(_rt.host_table(), _memory_limit()))
             rt.ops = cpu.CpuOps(rt)
         _runtime = rt

@@ -10,11 +10,9 @@ ignored and rewritten. Location: ``PYGPUKIT_CACHE_DIR``, else
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import struct
-import tempfile
 import warnings
 from dataclasses import dataclass
 
@@ -41,6 +39,8 @@ def cache_dir() -> str:
 
 
 def make_key(source: str, options: list[str], name_expressions: list[str], nvrtc_version: tuple[int, int], target: str) -> str:
+    import hashlib
+
     h = hashlib.sha256()
     for part in (str(FORMAT_VERSION), source, "\0".join(options), "\0".join(name_expressions), "%d.%d" % nvrtc_version, target):
         h.update(part.encode())
@@ -77,6 +77,8 @@ _warned_unwritable = False
 def write(binary: Binary) -> bool:
     """Store a binary; on an unwritable cache dir warn once and carry on without it."""
     global _warned_unwritable
+    import tempfile
+
     path = _path(binary.key)
     header = json.dumps({"kind": binary.kind, "lowered": binary.lowered, "size": len(binary.image)}).encode()
     try:
@@ -104,6 +106,8 @@ def write(binary: Binary) -> bool:
 
 def is_writable(path: str | None = None) -> tuple[bool, str]:
     """Whether the cache directory can be created and written (for doctor)."""
+    import tempfile
+
     path = path or cache_dir()
     try:
         os.makedirs(path, exist_ok=True)

@@ -11,13 +11,13 @@ from __future__ import annotations
 import os
 import sys
 import time
-from importlib import resources
 
 from .._errors import CompileError
 from . import cache, nvrtc
 from .cache import Binary
 
-INCLUDE_DIR = str(resources.files("pygpukit") / "kernels" / "include")
+# Package data on the file system (pygpukit has native modules: it is never imported from a zip).
+INCLUDE_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "kernels", "include")
 BASE_OPTIONS = ("-std=c++17", f"--include-path={INCLUDE_DIR}")
 
 

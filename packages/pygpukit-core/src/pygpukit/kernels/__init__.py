@@ -7,8 +7,8 @@ kept in the disk cache, and its CUfunction kept in memory.
 
 from __future__ import annotations
 
+import os
 from functools import cache
-from importlib import resources
 
 from ..jit import compiler, module
 
@@ -18,7 +18,8 @@ _functions: dict[tuple[str, str, int], int] = {}
 
 @cache
 def source(name: str) -> str:
-    return (resources.files(__package__) / f"{name}.cu").read_text()
+    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.cu")) as f:
+        return f.read()
 
 
 def function(name: str, expr: str, sm: int) -> int:
