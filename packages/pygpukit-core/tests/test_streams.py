@@ -55,3 +55,19 @@ def test_streams_are_real_cuda_streams():
     s = gp.Stream()
     assert s.handle != 0
     assert gp.current_stream().handle != 0  # never the legacy default stream
+
+
+def test_record_stream_holds_memory_for_another_stream():
+    s = gp.Stream()
+    a = gp.arange(1 << 16, dtype=gp.float32)
+    with s:
+        b = a * 2  # s reads a
+    a.record_stream(s)
+    with pytest.raises(TypeError, match="gp.Stream"):
+        a.record_stream(5)
+    del a  # freed on its own stream, but held until s's work is done
+    s.synchronize()
+    c = gp.zeros(1 << 16, gp.float32)  # the pool may now reuse the block
+    assert c.sum().item() == 0
+    np.testing.assert_array_equal(b.to_numpy(), np.arange(1 << 16, dtype=np.float32) * 2)
+    assert gp.memory.stats()["num_pending_frees"] == 0

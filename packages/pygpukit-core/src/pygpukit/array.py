@@ -158,6 +158,17 @@ class GPUArray:
         rt = _runtime.get()
         return Device("cuda", rt.device) if rt.backend == "cuda" else Device("cpu", 0)
 
+    def record_stream(self, stream: Any) -> None:
+        """Tell the pool that work queued on ``stream`` (a ``gp.Stream``) uses this
+        array. Without this, memory freed on the array's own stream may be handed
+        out again while that other stream still reads or writes it; with it, the
+        pool holds the memory until the other stream's work is done (checked
+        with events, no synchronization)."""
+        handle = getattr(stream, "handle", None)
+        if not isinstance(handle, int):
+            raise TypeError(f"record_stream expects a gp.Stream, got {type(stream).__name__}")
+        _runtime.get().pool.record_stream(self._block, handle)
+
     def __len__(self) -> int:
         if not self._shape:
             raise TypeError("len() of unsized object")
