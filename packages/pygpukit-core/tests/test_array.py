@@ -290,3 +290,15 @@ def test_nan_and_inf_propagate():
     a = gp.from_numpy(np.array([np.nan, np.inf, -np.inf, 1.0], np.float32))
     got = (a * 2).to_numpy()
     assert math.isnan(got[0]) and got[1] == np.inf and got[2] == -np.inf and got[3] == 2
+
+
+def test_layout_properties_and_module_helpers(rng):
+    host = random_array(rng, (3, 4, 5), np.float16)
+    a = gp.from_numpy(host)
+    assert a.strides == host.strides == (40, 10, 2)
+    assert a.is_contiguous and a.itemsize == 2 and a.data_ptr != 0
+    assert a.data_ptr % 256 == 0  # pool blocks are aligned for vector access
+    gp.synchronize()
+    same(gp.to_numpy(a), host)
+    b = a.astype(gp.float16, copy=False)
+    assert b is a
