@@ -75,6 +75,43 @@ std::string kernel_description(CUfunction f, const unsigned int *g, const unsign
   return s + buf;
 }
 
+// cuLaunchKernel with the per-thread context check, one retry when another
+// library switched the context, and the PYGPUKIT_SYNC_DEBUG check. Returns
+// nullptr with a Python error set on failure, else Py_None (new reference).
+PyObject *do_launch(CUfunction f, const unsigned int *g, const unsigned int *b, unsigned int smem,
+                    unsigned long long stream, void **params, void **extra) {
+  if (!selected_ctx_is_current() && !slow_make_current()) return nullptr;
+  CUstream s = reinterpret_cast<CUstream>(static_cast<uintptr_t>(stream));
+  bump(g_stats.launches);
+  CUresult r = cu.LaunchKernel(f, g[0], g[1], g[2], b[0], b[1], b[2], smem, s, params, extra);
+  if (r == CUDA_ERROR_INVALID_CONTEXT || r == CUDA_ERROR_CONTEXT_IS_DESTROYED || r == CUDA_ERROR_INVALID_HANDLE) {
+    // Another library may have switched this thread's context behind the
+    // thread_local cache: verify with the driver and retry once.
+    CUcontext want = g_selected_ctx.load(std::memory_order_relaxed);
+    CUcontext cur = nullptr;
+    if (want != nullptr && cu.CtxGetCurrent(&cur) == CUDA_SUCCESS && cur != want &&
+        make_current(want, true) == CUDA_SUCCESS) {
+      r = cu.LaunchKernel(f, g[0], g[1], g[2], b[0], b[1], b[2], smem, s, params, extra);
+    }
+  }
+  if (r != CUDA_SUCCESS) {
+    set_py_cuda_error("cuLaunchKernel", r, kernel_description(f, g, b, smem, stream) + ")");
+    return nullptr;
+  }
+  if (sync_debug()) {
+    Py_BEGIN_ALLOW_THREADS
+    r = cu.StreamSynchronize(s);
+    Py_END_ALLOW_THREADS
+    if (r != CUDA_SUCCESS) {
+      set_py_cuda_error("cuLaunchKernel", r,
+                        kernel_description(f, g, b, smem, stream) +
+                            "; detected by cuStreamSynchronize after the launch, PYGPUKIT_SYNC_DEBUG=1)");
+      return nullptr;
+    }
+  }
+  Py_RETURN_NONE;
+}
+
 PyObject *py_launch(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
   if (nargs != 10) {
     PyErr_Format(PyExc_TypeError,
@@ -106,44 +143,47 @@ PyObject *py_launch(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
     data = view.buf;
     size = static_cast<size_t>(view.len);
   }
-
-  if (!selected_ctx_is_current() && !slow_make_current()) {
-    if (have_view) PyBuffer_Release(&view);
-    return nullptr;
-  }
-
   void *extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, data, CU_LAUNCH_PARAM_BUFFER_SIZE, &size, CU_LAUNCH_PARAM_END};
   CUfunction f = reinterpret_cast<CUfunction>(static_cast<uintptr_t>(func));
-  CUstream s = reinterpret_cast<CUstream>(static_cast<uintptr_t>(stream));
-  bump(g_stats.launches);
-  CUresult r = cu.LaunchKernel(f, g[0], g[1], g[2], b[0], b[1], b[2], smem, s, nullptr, size ? extra : nullptr);
-  if (r == CUDA_ERROR_INVALID_CONTEXT || r == CUDA_ERROR_CONTEXT_IS_DESTROYED || r == CUDA_ERROR_INVALID_HANDLE) {
-    // Another library may have switched this thread's context behind the
-    // thread_local cache: verify with the driver and retry once.
-    CUcontext want = g_selected_ctx.load(std::memory_order_relaxed);
-    CUcontext cur = nullptr;
-    if (want != nullptr && cu.CtxGetCurrent(&cur) == CUDA_SUCCESS && cur != want &&
-        make_current(want, true) == CUDA_SUCCESS) {
-      r = cu.LaunchKernel(f, g[0], g[1], g[2], b[0], b[1], b[2], smem, s, nullptr, size ? extra : nullptr);
-    }
-  }
+  PyObject *res = do_launch(f, g, b, smem, stream, nullptr, size ? extra : nullptr);
   if (have_view) PyBuffer_Release(&view);
-  if (r != CUDA_SUCCESS) {
-    set_py_cuda_error("cuLaunchKernel", r, kernel_description(f, g, b, smem, stream) + ")");
+  return res;
+}
+
+// launch_u64(func, grid_x, block_x, stream, *params): the fast path of the
+// built-in elementwise kernels, whose parameters are all 8-byte (pointers and
+// long long): no packing in Python, one-dimensional grid and block, no shared memory.
+constexpr Py_ssize_t kMaxU64Params = 16;
+
+PyObject *py_launch_u64(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
+  if (nargs < 4 || nargs > 4 + kMaxU64Params) {
+    PyErr_Format(PyExc_TypeError, "launch_u64(func, grid_x, block_x, stream, *params) takes 4 to %zd arguments (%zd given)",
+                 4 + kMaxU64Params, nargs);
     return nullptr;
   }
-  if (sync_debug()) {
-    Py_BEGIN_ALLOW_THREADS
-    r = cu.StreamSynchronize(s);
-    Py_END_ALLOW_THREADS
-    if (r != CUDA_SUCCESS) {
-      set_py_cuda_error("cuLaunchKernel", r,
-                        kernel_description(f, g, b, smem, stream) +
-                            "; detected by cuStreamSynchronize after the launch, PYGPUKIT_SYNC_DEBUG=1)");
-      return nullptr;
-    }
+  unsigned long long func = 0, stream = 0;
+  unsigned int g[3] = {1, 1, 1}, b[3] = {1, 1, 1};
+  if (!parse_u64(args[0], &func) || !parse_u32(args[1], &g[0], "grid_x") || !parse_u32(args[2], &b[0], "block_x") ||
+      !parse_u64(args[3], &stream)) {
+    return nullptr;
   }
-  Py_RETURN_NONE;
+  unsigned long long values[kMaxU64Params];
+  void *params[kMaxU64Params];
+  const Py_ssize_t np = nargs - 4;
+  for (Py_ssize_t i = 0; i < np; ++i) {
+    // Signed values (negative long long) are passed as their two's complement bits.
+    PyObject *o = args[4 + i];
+    long long sv = PyLong_AsLongLong(o);
+    if (sv == -1 && PyErr_Occurred()) {
+      PyErr_Clear();
+      if (!parse_u64(o, &values[i])) return nullptr;
+    } else {
+      values[i] = static_cast<unsigned long long>(sv);
+    }
+    params[i] = &values[i];
+  }
+  CUfunction f = reinterpret_cast<CUfunction>(static_cast<uintptr_t>(func));
+  return do_launch(f, g, b, 0, stream, np ? params : nullptr, nullptr);
 }
 
 }  // namespace
@@ -152,6 +192,9 @@ PyMethodDef launch_methods[] = {
     {"launch", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(py_launch)), METH_FASTCALL,
      "launch(func, gx, gy, gz, bx, by, bz, shared_mem, stream, args)\n--\n\n"
      "Launch a kernel; `args` is a bytes object with the parameters packed in the CUDA ABI layout."},
+    {"launch_u64", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(py_launch_u64)), METH_FASTCALL,
+     "launch_u64(func, grid_x, block_x, stream, *params)\n--\n\n"
+     "Launch a kernel whose parameters are all 8-byte values (pointers, long long), 1-D grid and block."},
     {nullptr, nullptr, 0, nullptr}};
 
 }  // namespace pgk

@@ -63,7 +63,7 @@ def test_record_stream_holds_memory_for_another_stream():
     with s:
         b = a * 2  # s reads a
     a.record_stream(s)
-    with pytest.raises(TypeError, match="gp.Stream"):
+    with pytest.raises(TypeError, match=r"gp\.Stream"):
         a.record_stream(5)
     del a  # freed on its own stream, but held until s's work is done
     s.synchronize()

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from . import _dtypes, _runtime
+from .streams import _local as _stream_local
 from .streams import current_stream_handle
 
 ADD, SUB, MUL, DIV = "add", "sub", "mul", "div"
@@ -327,18 +328,18 @@ def _check_bool_sub(op: str, *dts: np.dtype) -> None:
         )
 
 
-_binary_dtypes: dict[tuple[str, np.dtype, np.dtype], np.dtype] = {}
+def binary_result_dtype(op: str, da: np.dtype, db: np.dtype) -> np.dtype:
+    """The dtype of ``a <op> b`` (NumPy promotion; true division of integers gives float64)."""
+    _check_bool_sub(op, da, db)
+    return _out_dtype(op, _dtypes.result_type(da, db))
 
 
 def binary(op: str, a: GPUArray, b: GPUArray) -> GPUArray:
-    """``a <op> b`` elementwise with broadcasting and NumPy type promotion."""
-    key = (op, a._dtype, b._dtype)
-    out_dt = _binary_dtypes.get(key)
-    if out_dt is None:
-        _check_bool_sub(op, a._dtype, b._dtype)
-        out_dt = _binary_dtypes[key] = _out_dtype(op, _dtypes.result_type(a._dtype, b._dtype))
-    shape = a._shape if a._shape == b._shape else np.broadcast_shapes(a._shape, b._shape)
-    return (_runtime._runtime or _runtime.get()).ops.binary(op, a, b, out_dt, shape, current_stream_handle())
+    """``a <op> b`` elementwise with broadcasting and NumPy type promotion.
+    The backend does it all (promotion included), so that its fast path is one call."""
+    rt = _runtime._runtime or _runtime.get()
+    stack = _stream_local.stack
+    return rt.ops.binary(op, a, b, stack[-1].handle if stack else rt.stream)
 
 
 # (op, array dtype, scalar type) -> (result dtype, range of Python ints that fit)

@@ -67,9 +67,11 @@ class CpuOps:
     # Inputs are converted to the result dtype first, as the kernels do (they
     # compute in that dtype, or float32 for the 8/16-bit floats, and round once).
     # Floating-point warnings are silenced: a GPU cannot raise them either.
-    def binary(self, op: str, a: Any, b: Any, out_dt: np.dtype, shape: tuple[int, ...], stream: int) -> Any:
-        from ..array import GPUArray
+    def binary(self, op: str, a: Any, b: Any, stream: int) -> Any:
+        from ..array import GPUArray, binary_result_dtype
 
+        out_dt = binary_result_dtype(op, a.dtype, b.dtype)
+        shape = a.shape if a.shape == b.shape else np.broadcast_shapes(a.shape, b.shape)
         out = GPUArray._empty(shape, out_dt, stream)
         if out.size:
             with np.errstate(all="ignore"):

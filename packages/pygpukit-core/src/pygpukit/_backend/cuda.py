@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from .. import _dtypes, kernels
-from ..array import GPUArray, new_contiguous
+from ..array import GPUArray, binary_result_dtype, new_contiguous
 from ..streams import current_stream_handle
 
 THREADS = 256
@@ -115,10 +115,11 @@ class CudaOps:
         self.rt = rt
         self.sm = rt.sm
         self.launch = rt.native.launch
+        self.launch_u64 = rt.native.launch_u64
         self.sms = rt.props["multiprocessor_count"]
         self.pool = rt.pool
         self._fn_cache: dict[tuple, int] = {}
-        self._contig_binary: dict[tuple, tuple[int, int, int]] = {}
+        self._contig_binary: dict[tuple, tuple[np.dtype, int, int, int]] = {}
         self._scalar: dict[tuple, tuple[int, int, struct.Struct, bool]] = {}
 
     def _fn(self, file: str, expr: str) -> int:
@@ -135,24 +136,31 @@ class CudaOps:
         self.rt.native.memcpy_dtoh(out, src.data_ptr, current_stream_handle())
 
     # -- elementwise -----------------------------------------------------------
-    def binary(self, op: str, a: Any, b: Any, out_dt: np.dtype, shape: tuple[int, ...], stream: int) -> Any:
+    def binary(self, op: str, a: Any, b: Any, stream: int) -> Any:
         """The result of ``a <op> b`` as a new array. Fast path first: contiguous
-        operands of one shape at 16-byte aligned addresses (every pool block is),
-        one dict lookup for the kernel and its launch geometry."""
+        operands of one shape at 16-byte aligned addresses (every pool block is):
+        one dict lookup for result dtype, kernel and geometry, and a launch whose
+        parameters need no packing."""
         if a._contig and b._contig and a._shape == b._shape and not (a._ptr | b._ptr) & 15:
-            key = (op, a._dtype, b._dtype, out_dt)
-            entry = self._contig_binary.get(key)
+            entry = self._contig_binary.get((op, a._dtype, b._dtype))
             if entry is None:
-                vec = 16 // max(a._dtype.itemsize, b._dtype.itemsize, out_dt.itemsize)
-                expr = BINARY_CONTIG.format(op=_OPS[op], a=_C[a._dtype], b=_C[b._dtype], o=_C[out_dt], vec=vec)
-                entry = self._contig_binary[key] = (self._fn("elementwise", expr), THREADS * UNROLL * vec, out_dt.itemsize)
-            fn, per_block, itemsize = entry
+                entry = self._contig_binary_entry(op, a._dtype, b._dtype)
+            out_dt, fn, per_block, itemsize = entry
             n = a._size
-            out = new_contiguous(shape, out_dt, n, self.pool.alloc(n * itemsize, stream))
+            block = self.pool.alloc(n * itemsize, stream)
+            out = object.__new__(GPUArray)  # new_contiguous, inlined: this is the hottest path
+            out._shape = a._shape
+            out._dtype = out_dt
+            out._size = n
+            out._strides = None
+            out._contig = True
+            out._block = block
+            ptr = out._ptr = block.ptr
             if n:
-                args = _PACK_BINARY.pack(a._ptr, b._ptr, out._ptr, n)
-                self.launch(fn, (n + per_block - 1) // per_block, 1, 1, THREADS, 1, 1, 0, stream, args)
+                self.launch_u64(fn, (n + per_block - 1) // per_block, THREADS, stream, a._ptr, b._ptr, ptr, n)
             return out
+        out_dt = binary_result_dtype(op, a._dtype, b._dtype)
+        shape = a._shape if a._shape == b._shape else np.broadcast_shapes(a._shape, b._shape)
         out = GPUArray._empty(shape, out_dt, stream)
         n = out._size
         if n == 0:
@@ -177,6 +185,14 @@ class CudaOps:
         args = _PACK_STRIDED.pack(a._ptr, b._ptr, out._ptr, n, *fields)
         self.launch(fn, self._strided_grid(n), 1, 1, THREADS, 1, 1, 0, stream, args)
         return out
+
+    def _contig_binary_entry(self, op: str, da: np.dtype, db: np.dtype) -> tuple[np.dtype, int, int, int]:
+        out_dt = binary_result_dtype(op, da, db)
+        vec = 16 // max(da.itemsize, db.itemsize, out_dt.itemsize)
+        expr = BINARY_CONTIG.format(op=_OPS[op], a=_C[da], b=_C[db], o=_C[out_dt], vec=vec)
+        entry = (out_dt, self._fn("elementwise", expr), THREADS * UNROLL * vec, out_dt.itemsize)
+        self._contig_binary[(op, da, db)] = entry
+        return entry
 
     def binary_scalar(self, op: str, a: Any, s: Any, out_dt: np.dtype, scalar_left: bool, stream: int) -> Any:
         if not a._contig:
