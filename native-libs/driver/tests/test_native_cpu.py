@@ -100,6 +100,14 @@ def test_launch_argument_checks() -> None:
         _native.launch(1, 2**32, 1, 1, 1, 1, 1, 0, 0, b"")
     with pytest.raises(TypeError):
         _native.launch(1, 1, 1, 1, 1, 1, 1, 0, 0, 5)
+    with pytest.raises(TypeError, match="4 to 20 arguments"):
+        _native.launch_u64(1, 1, 1)
+    with pytest.raises(TypeError, match="4 to 20 arguments"):
+        _native.launch_u64(1, 1, 1, 0, *range(17))
+    with pytest.raises(OverflowError):
+        _native.launch_u64(1, 2**32, 1, 0)
+    with pytest.raises(TypeError):
+        _native.launch_u64(1, 1, 1, 0, "x")
 
 
 @pytest.mark.skipif(_libcuda_loadable(), reason="a CUDA driver is installed")

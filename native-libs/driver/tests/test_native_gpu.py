@@ -40,6 +40,9 @@ extern "C" __global__ void axpy(float a, const float* x, float* y, unsigned long
   if (i < n) y[i] = a * x[i] + y[i];
 }
 extern "C" __global__ void empty() {}
+extern "C" __global__ void store3(long long* out, long long a, unsigned long long b, const long long* p) {
+  out[0] = a; out[1] = (long long)b; out[2] = (long long)p;
+}
 extern "C" __global__ void crash(int* p) { p[threadIdx.x] = 1; }
 template <int K> __global__ void fill(int* p) { p[threadIdx.x] = K; }
 """
@@ -117,7 +120,7 @@ def kernels(dev: dict) -> dict:
         arch = max(a for a in archs if a <= sm)
         image, _, lowered = _native.nvrtc_compile(KERNELS, "k.cu", [f"--gpu-architecture=compute_{arch}"], ["fill<7>"], "ptx")
     mod = _native.module_load(image)
-    fns = {n: _native.module_get_function(mod, n) for n in ("axpy", "empty", "crash")}
+    fns = {n: _native.module_get_function(mod, n) for n in ("axpy", "empty", "crash", "store3")}
     fns["fill7"] = _native.module_get_function(mod, lowered["fill<7>"])
     fns["_module"] = mod
     return fns
@@ -290,6 +293,19 @@ def test_host_alloc(table: _Table) -> None:
     table.mem_free(table.ctx, d)
     del buf
     _native.host_free(h)
+
+
+def test_launch_u64_passes_8_byte_params(table: _Table, kernels: dict) -> None:
+    import numpy as np
+
+    out = _alloc(table, 24)
+    s = _native.stream_create()
+    _native.launch_u64(kernels["store3"], 1, 1, s, out, -5, 2**64 - 1, 0x1234)
+    host = np.zeros(3, np.int64)
+    _native.memcpy_dtoh(host, out, s)
+    assert host.tolist() == [-5, -1, 0x1234]
+    _native.stream_destroy(s)
+    table.mem_free(table.ctx, out)
 
 
 def test_many_launches_are_counted(kernels: dict) -> None:
