@@ -74,6 +74,30 @@ def normalize_shape(shape: Any) -> tuple[int, ...]:
     return dims
 
 
+def _operator(op: str, reflected: bool) -> Any:
+    """The method behind ``a <op> b`` (or ``b <op> a``). Array-with-array calls the
+    backend directly: one Python frame less on the hottest path."""
+    if reflected:
+
+        def rmethod(self: GPUArray, other: Any) -> GPUArray:
+            if type(other) in _SCALAR_TYPES:
+                return binary_scalar(op, self, other, True)
+            return _binary(op, self, other, True)
+
+        return rmethod
+
+    def method(self: GPUArray, other: Any) -> GPUArray:
+        if type(other) is GPUArray:
+            rt = _runtime._runtime or _runtime.get()
+            stack = _stream_local.stack
+            return rt.ops.binary(op, self, other, stack[-1].handle if stack else rt.stream)
+        if type(other) in _SCALAR_TYPES:
+            return binary_scalar(op, self, other, False)
+        return _binary(op, self, other, False)
+
+    return method
+
+
 class GPUArray:
     """An array in pygpukit's memory. Create with ``gp.asarray``, ``gp.zeros``, ``gp.from_numpy``..."""
 
@@ -223,53 +247,15 @@ class GPUArray:
         return out
 
     # -- arithmetic ---------------------------------------------------------
-    def __add__(self, other: Any) -> GPUArray:
-        if type(other) is GPUArray:
-            return binary(ADD, self, other)
-        if type(other) in _SCALAR_TYPES:
-            return binary_scalar(ADD, self, other, False)
-        return _binary(ADD, self, other, False)
-
-    def __radd__(self, other: Any) -> GPUArray:
-        if type(other) in _SCALAR_TYPES:
-            return binary_scalar(ADD, self, other, True)
-        return _binary(ADD, self, other, True)
-
-    def __sub__(self, other: Any) -> GPUArray:
-        if type(other) is GPUArray:
-            return binary(SUB, self, other)
-        if type(other) in _SCALAR_TYPES:
-            return binary_scalar(SUB, self, other, False)
-        return _binary(SUB, self, other, False)
-
-    def __rsub__(self, other: Any) -> GPUArray:
-        if type(other) in _SCALAR_TYPES:
-            return binary_scalar(SUB, self, other, True)
-        return _binary(SUB, self, other, True)
-
-    def __mul__(self, other: Any) -> GPUArray:
-        if type(other) is GPUArray:
-            return binary(MUL, self, other)
-        if type(other) in _SCALAR_TYPES:
-            return binary_scalar(MUL, self, other, False)
-        return _binary(MUL, self, other, False)
-
-    def __rmul__(self, other: Any) -> GPUArray:
-        if type(other) in _SCALAR_TYPES:
-            return binary_scalar(MUL, self, other, True)
-        return _binary(MUL, self, other, True)
-
-    def __truediv__(self, other: Any) -> GPUArray:
-        if type(other) is GPUArray:
-            return binary(DIV, self, other)
-        if type(other) in _SCALAR_TYPES:
-            return binary_scalar(DIV, self, other, False)
-        return _binary(DIV, self, other, False)
-
-    def __rtruediv__(self, other: Any) -> GPUArray:
-        if type(other) in _SCALAR_TYPES:
-            return binary_scalar(DIV, self, other, True)
-        return _binary(DIV, self, other, True)
+    # + - * / and their reflected forms
+    __add__ = _operator(ADD, False)
+    __radd__ = _operator(ADD, True)
+    __sub__ = _operator(SUB, False)
+    __rsub__ = _operator(SUB, True)
+    __mul__ = _operator(MUL, False)
+    __rmul__ = _operator(MUL, True)
+    __truediv__ = _operator(DIV, False)
+    __rtruediv__ = _operator(DIV, True)
 
     def sum(self, dtype: Any = None) -> GPUArray:
         """Sum of all elements as a 0-d array, with NumPy's result dtype (int64 for
