@@ -16,7 +16,7 @@ a = gp.from_numpy(np.ones(1024, np.float32))
 b = gp.from_numpy(np.ones(1024, np.float32))
 c = a + b
 ops = rt.ops
-fn, per_block, _ = next(iter(ops._contig_binary.values()))
+_, fn, per_block, _ = next(iter(ops._contig_binary.values()))
 packed = struct.pack("@PPPq", a.data_ptr, b.data_ptr, c.data_ptr, 1024)
 launch, stream, pool = rt.native.launch, rt.stream, rt.pool
 real_launch = ops.launch
@@ -29,6 +29,7 @@ def noop(*args):
 cases = {
     "a + b": lambda: a + b,
     "native.launch (packed)": lambda: launch(fn, 1, 1, 1, 256, 1, 1, 0, stream, packed),
+    "native.launch_u64": lambda: rt.native.launch_u64(fn, 1, 256, stream, a.data_ptr, b.data_ptr, c.data_ptr, 1024),
     "struct.pack": lambda: struct.pack("@PPPq", 1, 2, 3, 4),
     "pool.alloc+free": lambda: pool.alloc(4096, stream),
     "gp.empty": lambda: gp.empty((1024,), gp.float32),
