@@ -32,6 +32,7 @@ from .array import Device, GPUArray
 from .creation import arange, asarray, empty, from_numpy, full, ones, zeros
 from .info import Info, info
 from .jit import JitKernel, jit
+from .shape import ascontiguousarray, broadcast_to, expand_dims, permute_dims, ravel, reshape, squeeze, swapaxes, transpose
 from .streams import Event, Stream, current_stream, synchronize
 
 
@@ -62,11 +63,14 @@ __all__ = [
     "Stream",
     "arange",
     "asarray",
+    "ascontiguousarray",
     "backend",
     "bfloat16",
     "bool_",
+    "broadcast_to",
     "current_stream",
     "empty",
+    "expand_dims",
     "float8_e4m3fn",
     "float8_e5m2",
     "float16",
@@ -82,9 +86,15 @@ __all__ = [
     "jit",
     "memory",
     "ones",
+    "permute_dims",
+    "ravel",
+    "reshape",
     "result_type",
+    "squeeze",
+    "swapaxes",
     "synchronize",
     "to_numpy",
+    "transpose",
     "uint8",
     "uint16",
     "uint32",

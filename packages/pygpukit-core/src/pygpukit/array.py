@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _dtypes, _runtime
+from . import _dtypes, _indexing, _runtime
 from .streams import _local as _stream_local
 from .streams import current_stream_handle
 
@@ -267,11 +267,153 @@ class GPUArray:
         _runtime.get().ops.sum(src, out)
         return out
 
+    # -- views ------------------------------------------------------------------
+    def _view(self, shape: tuple[int, ...], strides: tuple[int, ...], offset: int = 0) -> GPUArray:
+        """A view of the same memory (it keeps the pool block alive)."""
+        return GPUArray._new(shape, self._dtype, self._block, self._ptr + offset, strides)
+
+    def __getitem__(self, key: Any) -> GPUArray:
+        """Basic indexing (ints, slices with steps, None, ...) returns a view, as in NumPy."""
+        if _indexing.is_advanced(key):
+            raise IndexError(
+                "advanced indexing (integer or boolean arrays as indices) is not available yet; "
+                "use basic indexing (ints, slices, None, ...) or gp.asarray(a.to_numpy()[index])"
+            )
+        shape, strides, offset = _indexing.basic_index(self._shape, self.strides, key)
+        return self._view(shape, strides, offset)
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        """``a[key] = value`` for basic indexing; ``value`` (scalar, array or NumPy
+        array) broadcasts to the indexed shape and is cast to this array's dtype."""
+        target = self[key]
+        if isinstance(value, GPUArray):
+            src = value
+        elif isinstance(value, (bool, int, float, np.generic)):
+            src = GPUArray._empty((), self._dtype)
+            _runtime.get().ops.fill(src, value)
+        else:
+            from .creation import asarray
+
+            src = asarray(np.asarray(value))
+        try:
+            np.broadcast_shapes(src._shape, target._shape)
+        except ValueError:
+            raise ValueError(f"could not broadcast input array from shape {src._shape} into shape {target._shape}") from None
+        if len(src._shape) > len(target._shape) or np.broadcast_shapes(src._shape, target._shape) != target._shape:
+            raise ValueError(f"could not broadcast input array from shape {src._shape} into shape {target._shape}")
+        if target._size:
+            if src._block is self._block:  # overlapping memory: copy the source first
+                src = src.copy()
+            _runtime.get().ops.cast(src, target)
+
+    @property
+    def T(self) -> GPUArray:
+        """The transpose (axes reversed), a view."""
+        return self.transpose()
+
+    def transpose(self, *axes: Any) -> GPUArray:
+        """Permute the axes (default: reverse them); a view."""
+        if len(axes) == 1 and (axes[0] is None or isinstance(axes[0], (tuple, list))):
+            axes = tuple(axes[0]) if axes[0] is not None else ()
+        nd = self.ndim
+        perm = tuple(range(nd))[::-1] if not axes else tuple(_normalize_axis(a, nd) for a in axes)
+        if sorted(perm) != list(range(nd)):
+            raise ValueError(f"axes don't match array: {axes} for an array of {nd} dimensions")
+        st = self.strides
+        return self._view(tuple(self._shape[i] for i in perm), tuple(st[i] for i in perm))
+
+    def swapaxes(self, axis1: int, axis2: int) -> GPUArray:
+        nd = self.ndim
+        perm = list(range(nd))
+        i, j = _normalize_axis(axis1, nd), _normalize_axis(axis2, nd)
+        perm[i], perm[j] = perm[j], perm[i]
+        return self.transpose(perm)
+
+    def reshape(self, *shape: Any) -> GPUArray:
+        """A view with a new shape when the strides allow it (as NumPy), else a copy.
+        One dimension may be -1 (inferred)."""
+        if len(shape) == 1 and not isinstance(shape[0], (int, np.integer)):
+            shape = tuple(shape[0])
+        dims = [operator.index(d) for d in shape]
+        if dims.count(-1) > 1:
+            raise ValueError("can only specify one unknown dimension")
+        if any(d < -1 for d in dims):
+            raise ValueError(f"negative dimensions not allowed, got {tuple(dims)}")
+        if -1 in dims:
+            known = math.prod(d for d in dims if d != -1)
+            if known == 0 or self._size % known:
+                raise ValueError(f"cannot reshape array of size {self._size} into shape {tuple(dims)}")
+            dims[dims.index(-1)] = self._size // known
+        new_shape = tuple(dims)
+        if math.prod(new_shape) != self._size:
+            raise ValueError(f"cannot reshape array of size {self._size} into shape {new_shape}")
+        strides = _indexing.reshape_strides(self._shape, self.strides, new_shape, self.itemsize)
+        if strides is None:
+            return self.copy().reshape(new_shape)
+        return self._view(new_shape, strides)
+
+    def ravel(self) -> GPUArray:
+        """A 1-D view when possible, else a 1-D copy."""
+        return self.reshape(-1)
+
+    def flatten(self) -> GPUArray:
+        """A 1-D copy, always."""
+        return self.copy().reshape(-1)
+
+    def squeeze(self, axis: int | tuple[int, ...] | None = None) -> GPUArray:
+        nd = self.ndim
+        if axis is None:
+            drop = {i for i, d in enumerate(self._shape) if d == 1}
+        else:
+            drop = {_normalize_axis(a, nd) for a in (axis if isinstance(axis, tuple) else (axis,))}
+            for i in drop:
+                if self._shape[i] != 1:
+                    raise ValueError("cannot select an axis to squeeze out which has size not equal to one")
+        st = self.strides
+        keep = [i for i in range(nd) if i not in drop]
+        return self._view(tuple(self._shape[i] for i in keep), tuple(st[i] for i in keep))
+
     def __repr__(self) -> str:
         body = np.array2string(self.to_numpy(), separator=", ", prefix="GPUArray(")
         return f"GPUArray({body}, dtype={self._dtype.name}, device={self.device})"
 
     __str__ = __repr__
+
+
+def _normalize_axis(axis: Any, ndim: int) -> int:
+    try:
+        a = operator.index(axis)
+    except TypeError:
+        raise TypeError(f"an axis must be an integer, got {type(axis).__name__}") from None
+    if not -ndim <= a < ndim:
+        raise np.exceptions.AxisError(f"axis {a} is out of bounds for array of dimension {ndim}")
+    return a + ndim if a < 0 else a
+
+
+def expand_dims(a: GPUArray, axis: int | tuple[int, ...]) -> GPUArray:
+    """A view with new axes of length 1 inserted at ``axis``."""
+    axes = axis if isinstance(axis, tuple) else (axis,)
+    nd = a.ndim + len(axes)
+    pos = sorted(_normalize_axis(x, nd) for x in axes)
+    if len(set(pos)) != len(pos):
+        raise ValueError("repeated axis")
+    shape, strides = list(a.shape), list(a.strides)
+    for p in pos:
+        shape.insert(p, 1)
+        strides.insert(p, 0)
+    return a._view(tuple(shape), tuple(strides))
+
+
+def broadcast_to(a: GPUArray, shape: Any) -> GPUArray:
+    """A read-only-by-convention view of ``a`` broadcast to ``shape`` (stride 0 along repeated axes)."""
+    shape = normalize_shape(shape)
+    if len(shape) < a.ndim or np.broadcast_shapes(a.shape, shape) != shape:
+        raise ValueError(
+            f"operands could not be broadcast together with remapped shapes [original->remapped]: {a.shape} and requested shape {shape}"
+        )
+    pad = len(shape) - a.ndim
+    strides = [0] * pad + [0 if d == 1 and shape[pad + i] != 1 else s for i, (d, s) in enumerate(zip(a.shape, a.strides))]
+    return a._view(shape, tuple(strides))
 
 
 def new_contiguous(shape: tuple[int, ...], dtype: np.dtype, size: int, block: Any) -> GPUArray:

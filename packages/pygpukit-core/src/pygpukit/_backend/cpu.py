@@ -17,15 +17,19 @@ _UFUNCS = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.true
 
 
 def view(arr: Any) -> np.ndarray:
-    """A NumPy array over the memory of ``arr`` (valid while ``arr`` is alive)."""
-    span = arr.itemsize
+    """A NumPy array over the memory of ``arr`` (valid while ``arr`` is alive).
+    Strides may be negative or zero: the buffer spans the lowest to the highest byte touched."""
+    if arr.size == 0:
+        return np.ndarray(arr.shape, dtype=arr.dtype, buffer=bytearray(0))
+    lo = hi = 0
     for dim, st in zip(arr.shape, arr.strides):
-        if dim == 0:
-            span = 0
-            break
-        span += (dim - 1) * abs(st)
-    buf = (ctypes.c_char * span).from_address(arr.data_ptr) if span else bytearray(0)
-    return np.ndarray(arr.shape, dtype=arr.dtype, buffer=buf, strides=arr.strides if span else None)
+        ext = (dim - 1) * st
+        if ext < 0:
+            lo += ext
+        else:
+            hi += ext
+    buf = (ctypes.c_char * (hi - lo + arr.itemsize)).from_address(arr.data_ptr + lo)
+    return np.ndarray(arr.shape, dtype=arr.dtype, buffer=buf, offset=-lo, strides=arr.strides)
 
 
 def _accumulator(out_dt: np.dtype) -> np.dtype:

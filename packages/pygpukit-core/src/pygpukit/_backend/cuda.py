@@ -218,11 +218,13 @@ class CudaOps:
         return out
 
     def cast(self, src: Any, out: Any) -> None:
+        """out[...] = src converted to out's dtype; src broadcasts to out's shape,
+        either may be strided."""
         n = out.size
         if n == 0:
             return
         stream = current_stream_handle()
-        if src.is_contiguous and out.is_contiguous:
+        if src.is_contiguous and out.is_contiguous and src.shape == out.shape:
             if src.dtype == out.dtype:
                 self.rt.native.memcpy_dtod(out.data_ptr, src.data_ptr, out.nbytes, stream)
                 return
