@@ -32,6 +32,7 @@ from .array import Device, GPUArray
 from .creation import arange, asarray, empty, from_numpy, full, ones, zeros
 from .info import Info, info
 from .jit import JitKernel, jit
+from .reductions import all, any, argmax, argmin, max, mean, min, prod, sum, var
 from .shape import ascontiguousarray, broadcast_to, expand_dims, permute_dims, ravel, reshape, squeeze, swapaxes, transpose
 from .streams import Event, Stream, current_stream, synchronize
 
@@ -61,7 +62,11 @@ __all__ = [
     "OutOfMemoryError",
     "PyGPUkitError",
     "Stream",
+    "all",
+    "any",
     "arange",
+    "argmax",
+    "argmin",
     "asarray",
     "ascontiguousarray",
     "backend",
@@ -84,13 +89,18 @@ __all__ = [
     "int32",
     "int64",
     "jit",
+    "max",
+    "mean",
     "memory",
+    "min",
     "ones",
     "permute_dims",
+    "prod",
     "ravel",
     "reshape",
     "result_type",
     "squeeze",
+    "sum",
     "swapaxes",
     "synchronize",
     "to_numpy",
@@ -99,5 +109,6 @@ __all__ = [
     "uint16",
     "uint32",
     "uint64",
+    "var",
     "zeros",
 ]  # fmt: skip

@@ -257,15 +257,57 @@ class GPUArray:
     __truediv__ = _operator(DIV, False)
     __rtruediv__ = _operator(DIV, True)
 
-    def sum(self, dtype: Any = None) -> GPUArray:
-        """Sum of all elements as a 0-d array, with NumPy's result dtype (int64 for
-        integer and bool input, uint64 for unsigned). Float input is accumulated in
-        float32 (float64 for float64) in a tree, so the error does not grow with n."""
-        out_dt = _dtypes.sum_dtype(self._dtype) if dtype is None else _dtypes.as_dtype(dtype)
-        src = self if self._contig else self.copy()
-        out = GPUArray._empty((), out_dt)
-        _runtime.get().ops.sum(src, out)
-        return out
+    # -- reductions (pygpukit.reductions) --------------------------------------
+    def sum(self, axis: Any = None, dtype: Any = None, keepdims: bool = False) -> GPUArray:
+        """Sum, with NumPy's result dtype; see ``gp.sum``."""
+        from . import reductions
+
+        return reductions.sum(self, axis, dtype, keepdims)
+
+    def prod(self, axis: Any = None, dtype: Any = None, keepdims: bool = False) -> GPUArray:
+        from . import reductions
+
+        return reductions.prod(self, axis, dtype, keepdims)
+
+    def max(self, axis: Any = None, keepdims: bool = False) -> GPUArray:
+        from . import reductions
+
+        return reductions.max(self, axis, keepdims)
+
+    def min(self, axis: Any = None, keepdims: bool = False) -> GPUArray:
+        from . import reductions
+
+        return reductions.min(self, axis, keepdims)
+
+    def all(self, axis: Any = None, keepdims: bool = False) -> GPUArray:
+        from . import reductions
+
+        return reductions.all(self, axis, keepdims)
+
+    def any(self, axis: Any = None, keepdims: bool = False) -> GPUArray:
+        from . import reductions
+
+        return reductions.any(self, axis, keepdims)
+
+    def mean(self, axis: Any = None, dtype: Any = None, keepdims: bool = False) -> GPUArray:
+        from . import reductions
+
+        return reductions.mean(self, axis, dtype, keepdims)
+
+    def var(self, axis: Any = None, dtype: Any = None, ddof: int = 0, keepdims: bool = False) -> GPUArray:
+        from . import reductions
+
+        return reductions.var(self, axis, dtype, ddof, keepdims)
+
+    def argmax(self, axis: int | None = None, keepdims: bool = False) -> GPUArray:
+        from . import reductions
+
+        return reductions.argmax(self, axis, keepdims)
+
+    def argmin(self, axis: int | None = None, keepdims: bool = False) -> GPUArray:
+        from . import reductions
+
+        return reductions.argmin(self, axis, keepdims)
 
     # -- views ------------------------------------------------------------------
     def _view(self, shape: tuple[int, ...], strides: tuple[int, ...], offset: int = 0) -> GPUArray:

@@ -95,6 +95,27 @@ class CpuOps:
                 _UFUNCS[op](x, sv, out=view(out))
         return out
 
-    def sum(self, a: Any, out: Any) -> None:
-        acc = _accumulator(out.dtype)
-        view(out)[...] = np.sum(view(a), dtype=acc).astype(out.dtype)
+    def reduce(self, op: str, kind: str, src: Any, dims: tuple[int, ...], out_dt: np.dtype, acc_dt: np.dtype, init: Any) -> Any:
+        """The CPU twin of CudaOps.reduce: same layouts, accumulators and NaN rules."""
+        from ..array import GPUArray
+
+        shape: tuple[int, ...] = {"all": (), "rows": dims[:1]}.get(kind, (dims[0] * dims[-1],))
+        x = view(src).reshape(dims if kind != "all" else (1, -1))
+        with np.errstate(all="ignore"):
+            if op in ("all", "any"):
+                r = getattr(np, op)(x.astype(bool), axis=1)
+            else:  # sum / prod in the accumulator dtype; max / min propagate NaN in NumPy too
+                r = getattr(np, op)(x.astype(acc_dt), axis=1)
+            out = GPUArray._empty(shape, out_dt)
+            view(out)[...] = np.asarray(r).reshape(shape).astype(out_dt)
+        return out
+
+    def arg_reduce(self, is_max: bool, src: Any, dims: tuple[int, int]) -> Any:
+        from ..array import GPUArray
+
+        x = view(src).reshape(dims)
+        if x.dtype.kind not in "biuf":  # bfloat16 / float8: compare in float32
+            x = x.astype(np.float32)
+        out = GPUArray._empty((dims[0],), np.dtype(np.int64))
+        view(out)[...] = np.argmax(x, axis=1) if is_max else np.argmin(x, axis=1)
+        return out

@@ -33,8 +33,12 @@ CAST_CONTIG = "pgk::cast_contig<{a}, {o}, {vec}>"
 CAST_STRIDED = "pgk::cast_strided<{a}, {o}>"
 FILL = "pgk::fill<{o}, {vec}>"
 ARANGE = "pgk::arange<{o}, {c}>"
-SUM_PARTIAL = "pgk::sum_partial<{a}, {acc}, {vec}>"
-SUM_FINAL = "pgk::sum_final<{acc}, {o}>"
+ALL_PARTIAL = "pgk::all_partial<{op}, {a}, {acc}, {vec}>"
+ALL_FINAL = "pgk::all_final<{op}, {acc}, {o}>"
+REDUCE_ROWS = "pgk::reduce_rows<{op}, {a}, {acc}, {o}>"
+REDUCE_COLS = "pgk::reduce_cols<{op}, {a}, {acc}, {o}>"
+ARG_ROWS = "pgk::arg_reduce_rows<{max}, {a}, {c}>"
+_REDUCE_OPS = {"sum": "pgk::Sum", "prod": "pgk::Prod", "max": "pgk::Max", "min": "pgk::Min", "all": "pgk::All", "any": "pgk::Any"}
 
 _PACK_BINARY = struct.Struct("@PPPq")
 _PACK_SCALAR = {code: struct.Struct(f"@P{code}Pq") for code in "?bBhHiIqQfd"}
@@ -43,8 +47,6 @@ _PACK_CAST = struct.Struct("@PPq")
 _PACK_CAST_STRIDED = struct.Struct(f"@PPq{1 + 4 * MAX_DIMS}q")
 _PACK_FILL = struct.Struct("@P8sq")
 _PACK_ARANGE = {"f": struct.Struct("@Pfffq"), "d": struct.Struct("@Pdddq"), "q": struct.Struct("@Pqqqq")}
-_PACK_SUM1 = struct.Struct("@PPq")
-_PACK_SUM2 = struct.Struct("@PPi")
 
 
 def compute_dtype(dt: np.dtype) -> np.dtype:
@@ -263,18 +265,55 @@ class CudaOps:
         self.launch(self._fn("elementwise", expr), self._strided_grid(n), 1, 1, THREADS, 1, 1, 0, current_stream_handle(), args)
 
     # -- reductions -----------------------------------------------------------
-    def sum(self, a: Any, out: Any) -> None:
-        n = a.size
-        acc = accumulator(out.dtype)
-        vec = vec_width(a)
+    def reduce(self, op: str, kind: str, src: Any, dims: tuple[int, ...], out_dt: np.dtype, acc_dt: np.dtype, init: Any) -> Any:
+        """Reduce contiguous ``src`` as planned by pygpukit.reductions: "all"
+        (dims = (n,)), "rows" ((M, K)) or "cols" ((outer, K, N)); returns a 1-D
+        (or 0-d for "all") array of ``out_dt``."""
         stream = current_stream_handle()
-        blocks = max(1, min(self.sms * 4, -(-(n // vec) // REDUCE_THREADS)))
-        partials = self.rt.pool.alloc(blocks * acc.itemsize, stream)
-        f1 = self._fn("reduce", SUM_PARTIAL.format(a=_C[a.dtype], acc=_C[acc], vec=vec))
-        f2 = self._fn("reduce", SUM_FINAL.format(acc=_C[acc], o=_C[out.dtype]))
-        self.launch(f1, blocks, 1, 1, REDUCE_THREADS, 1, 1, 0, stream, _PACK_SUM1.pack(a.data_ptr, partials.ptr, n))
-        self.launch(f2, 1, 1, 1, REDUCE_THREADS, 1, 1, 0, stream, _PACK_SUM2.pack(partials.ptr, out.data_ptr, blocks))
-        # partials returns to the pool on this stream: later work on it is ordered after these kernels.
+        fop, ti, ta, to = _REDUCE_OPS[op], _C[src.dtype], _C[acc_dt], _C[out_dt]
+        pack_init = _pack_value(acc_dt, init)
+        if kind == "all":
+            (n,) = dims
+            vec = vec_width(src)
+            blocks = max(1, min(self.sms * 4, -(-(n // vec) // REDUCE_THREADS)))
+            partials = self.pool.alloc(blocks * acc_dt.itemsize, stream)
+            out = GPUArray._empty((), out_dt, stream)
+            f1 = self._fn("reduce", ALL_PARTIAL.format(op=fop, a=ti, acc=ta, vec=vec))
+            f2 = self._fn("reduce", ALL_FINAL.format(op=fop, acc=ta, o=to))
+            self.launch(f1, blocks, 1, 1, REDUCE_THREADS, 1, 1, 0, stream, struct.pack("@PPq", src.data_ptr, partials.ptr, n) + pack_init)
+            self.launch(f2, 1, 1, 1, REDUCE_THREADS, 1, 1, 0, stream, struct.pack("@PPq", partials.ptr, out.data_ptr, blocks) + pack_init)
+            # partials returns to the pool on this stream: later work on it is ordered after these kernels.
+            return out
+        if kind == "rows":
+            m, k = dims
+            out = GPUArray._empty((m,), out_dt, stream)
+            fn = self._fn("reduce", REDUCE_ROWS.format(op=fop, a=ti, acc=ta, o=to))
+            grid = min(m, 65535 * 16)
+            self.launch(fn, grid, 1, 1, REDUCE_THREADS, 1, 1, 0, stream, struct.pack("@PPqq", src.data_ptr, out.data_ptr, m, k) + pack_init)
+            return out
+        outer, k, n = dims
+        out = GPUArray._empty((outer * n,), out_dt, stream)
+        fn = self._fn("reduce", REDUCE_COLS.format(op=fop, a=ti, acc=ta, o=to))
+        args = struct.pack("@PPqqq", src.data_ptr, out.data_ptr, outer, k, n) + pack_init
+        self.launch(fn, min(_grid_for(outer * n, 256), self.sms * 32), 1, 1, 256, 1, 1, 0, stream, args)
+        return out
+
+    def arg_reduce(self, is_max: bool, src: Any, dims: tuple[int, int]) -> Any:
+        """Index of the first max (min) of each contiguous row of ``src`` viewed as (M, K)."""
+        stream = current_stream_handle()
+        m, k = dims
+        out = GPUArray._empty((m,), _dtypes.int64, stream)
+        from ..reductions import compare_dtype
+
+        tc = _C[compare_dtype(src.dtype)]
+        fn = self._fn("reduce", ARG_ROWS.format(max="true" if is_max else "false", a=_C[src.dtype], c=tc))
+        self.launch(fn, min(m, 65535 * 16), 1, 1, REDUCE_THREADS, 1, 1, 0, stream, struct.pack("@PPqq", src.data_ptr, out.data_ptr, m, k))
+        return out
+
+
+def _pack_value(dt: np.dtype, value: Any) -> bytes:
+    """The last kernel parameter, of dtype ``dt``, after 8-byte parameters (so aligned for any dtype)."""
+    return _dtypes.scalar_bytes(value, dt)
 
 
 def instantiations() -> dict[str, list[str]]:
@@ -296,12 +335,17 @@ def instantiations() -> dict[str, list[str]]:
             v = 16 // max(dt.itemsize, other.itemsize)
             elementwise.append(CAST_CONTIG.format(a=c, o=_C[other], vec=v))
             elementwise.append(CAST_STRIDED.format(a=c, o=_C[other]))
+    from ..reductions import _plan, compare_dtype
+
     reduce: list[str] = []
     for dt in dts:
-        acc = accumulator(_dtypes.sum_dtype(dt))
-        reduce.append(SUM_PARTIAL.format(a=_C[dt], acc=_C[acc], vec=vec[dt]))
-        reduce.append(SUM_FINAL.format(acc=_C[acc], o=_C[_dtypes.sum_dtype(dt)]))
-    for acc in (_dtypes.float32, _dtypes.float64, _dtypes.int64, _dtypes.uint64):
-        for dt in dts:
-            reduce.append(SUM_FINAL.format(acc=_C[acc], o=_C[dt]))
+        for op, fop in _REDUCE_OPS.items():
+            out_dt, acc, _ = _plan(op, dt, None)
+            args = {"op": fop, "a": _C[dt], "acc": _C[acc], "o": _C[out_dt]}
+            reduce.append(ALL_PARTIAL.format(vec=vec[dt], **args))
+            reduce.append(ALL_FINAL.format(**args))
+            reduce.append(REDUCE_ROWS.format(**args))
+            reduce.append(REDUCE_COLS.format(**args))
+        tc = _C[compare_dtype(dt)]
+        reduce += [ARG_ROWS.format(max=m, a=_C[dt], c=tc) for m in ("true", "false")]
     return {"elementwise": sorted(set(elementwise)), "reduce": sorted(set(reduce))}

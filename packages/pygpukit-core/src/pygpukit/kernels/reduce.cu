@@ -1,12 +1,15 @@
-// Reductions over all elements of a contiguous array.
+// Reductions: over all elements (two launches: partials, then final) and
+// along axes (rows: reduce the contiguous innermost run; cols: reduce an
+// outer run with the inner run contiguous, coalesced across threads).
 //
-// sum_partial: a fixed grid (a few blocks per SM) walks the array with
+// Ops are functors over the accumulator type; the identity comes from the
+// host (`init`), so one template serves sum, prod, max, min, all, any.
+// Accumulators: float for 8/16/32-bit floats, double for double, 64-bit
+// integers for integers and bool (NumPy's sum/prod dtypes), int for all/any.
+// all_partial: a fixed grid (a few blocks per SM) walks the array with
 // vector loads; each thread keeps kAcc independent accumulators (more loads
 // in flight, and a shorter sequential chain: the float error grows with the
-// chain length, not with n), then warp shuffles and shared memory reduce the
-// block to one partial. sum_final reduces the partials in one block the
-// same way. Accumulators: float for 8/16/32-bit floats, double for double,
-// 64-bit integers for integers and bool (NumPy's sum dtypes).
+// chain length, not with n); warp shuffles and shared memory reduce a block.
 #include "pgk/types.cuh"
 
 namespace pgk {
@@ -14,31 +17,65 @@ namespace pgk {
 constexpr int kReduceThreads = 512;
 constexpr int kAcc = 4;
 
-template <class T>
-__device__ __forceinline__ T warp_sum(T v) {
+template <class T> __device__ __forceinline__ bool is_nan(T v) { return v != v; }
+
+struct Sum { template <class T> __device__ __forceinline__ T operator()(T a, T b) const { return a + b; } };
+struct Prod { template <class T> __device__ __forceinline__ T operator()(T a, T b) const { return a * b; } };
+// max/min propagate NaN, as NumPy's maximum.reduce does.
+struct Max {
+  template <class T> __device__ __forceinline__ T operator()(T a, T b) const {
+    return is_nan(a) ? a : (is_nan(b) ? b : (a > b ? a : b));
+  }
+};
+struct Min {
+  template <class T> __device__ __forceinline__ T operator()(T a, T b) const {
+    return is_nan(a) ? a : (is_nan(b) ? b : (a < b ? a : b));
+  }
+};
+struct All { template <class T> __device__ __forceinline__ T operator()(T a, T b) const { return (a != 0) & (b != 0); } };
+struct Any { template <class T> __device__ __forceinline__ T operator()(T a, T b) const { return (a != 0) | (b != 0); } };
+
+// Converting an element to the accumulator: all/any look at truth values
+// (NaN is true, as bool(nan) in Python).
+template <class Op, class TAcc, class TI>
+__device__ __forceinline__ TAcc load_acc(TI v) {
+  if constexpr (is_same<Op, All>::value || is_same<Op, Any>::value) {
+    if constexpr (is_small_float<TI>::value) {
+      return static_cast<TAcc>(static_cast<float>(v) != 0.0f);  // NaN != 0 is true
+    } else {
+      return static_cast<TAcc>(v != TI(0));
+    }
+  } else {
+    return cast<TAcc>(v);
+  }
+}
+
+template <class Op, class T>
+__device__ __forceinline__ T warp_reduce(T v) {
 #pragma unroll
-  for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+  for (int off = 16; off > 0; off >>= 1) v = Op()(v, __shfl_xor_sync(0xffffffffu, v, off));
   return v;
 }
 
-template <class T>
-__device__ __forceinline__ T block_sum(T v) {
+// Reduce across the block; the result is valid in thread 0.
+template <class Op, class T>
+__device__ __forceinline__ T block_reduce(T v, T init) {
   __shared__ T warp_partials[kReduceThreads / 32];
-  v = warp_sum(v);
+  v = warp_reduce<Op>(v);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   if (lane == 0) warp_partials[warp] = v;
   __syncthreads();
-  v = threadIdx.x < blockDim.x / 32 ? warp_partials[lane] : T(0);
-  if (warp == 0) v = warp_sum(v);
+  v = lane < (int)(blockDim.x / 32) ? warp_partials[lane] : init;
+  if (warp == 0) v = warp_reduce<Op>(v);
   return v;
 }
 
-template <class TI, class TAcc, int VEC>
+template <class Op, class TI, class TAcc, int VEC>
 __global__ void __launch_bounds__(kReduceThreads)
-sum_partial(const TI* __restrict__ x, TAcc* __restrict__ partials, long long n) {
+all_partial(const TI* __restrict__ x, TAcc* __restrict__ partials, long long n, TAcc init) {
   TAcc acc[kAcc];
 #pragma unroll
-  for (int k = 0; k < kAcc; ++k) acc[k] = TAcc(0);
+  for (int k = 0; k < kAcc; ++k) acc[k] = init;
   const long long nvec = n / VEC;
   const long long stride = (long long)gridDim.x * kReduceThreads;
   long long i = (long long)blockIdx.x * kReduceThreads + threadIdx.x;
@@ -49,27 +86,104 @@ sum_partial(const TI* __restrict__ x, TAcc* __restrict__ partials, long long n) 
 #pragma unroll
     for (int k = 0; k < kAcc; ++k)
 #pragma unroll
-      for (int j = 0; j < VEC; ++j) acc[k] += cast<TAcc>(v[k].v[j]);
+      for (int j = 0; j < VEC; ++j) acc[k] = Op()(acc[k], load_acc<Op, TAcc>(v[k].v[j]));
   }
   for (; i < nvec; i += stride) {
     Vec<TI, VEC> v = reinterpret_cast<const Vec<TI, VEC>*>(x)[i];
 #pragma unroll
-    for (int j = 0; j < VEC; ++j) acc[0] += cast<TAcc>(v.v[j]);
+    for (int j = 0; j < VEC; ++j) acc[0] = Op()(acc[0], load_acc<Op, TAcc>(v.v[j]));
   }
   // The n % VEC tail, taken by the first threads of block 0.
-  if (blockIdx.x == 0 && threadIdx.x < n - nvec * VEC) acc[1] += cast<TAcc>(x[nvec * VEC + threadIdx.x]);
-  TAcc total = (acc[0] + acc[1]) + (acc[2] + acc[3]);
-  total = block_sum(total);
+  if (blockIdx.x == 0 && threadIdx.x < n - nvec * VEC) acc[1] = Op()(acc[1], load_acc<Op, TAcc>(x[nvec * VEC + threadIdx.x]));
+  TAcc total = Op()(Op()(acc[0], acc[1]), Op()(acc[2], acc[3]));
+  total = block_reduce<Op>(total, init);
   if (threadIdx.x == 0) partials[blockIdx.x] = total;
 }
 
-template <class TAcc, class TO>
+template <class Op, class TAcc, class TO>
 __global__ void __launch_bounds__(kReduceThreads)
-sum_final(const TAcc* __restrict__ partials, TO* __restrict__ out, int count) {
-  TAcc acc = TAcc(0);
-  for (int i = threadIdx.x; i < count; i += kReduceThreads) acc += partials[i];
-  acc = block_sum(acc);
+all_final(const TAcc* __restrict__ partials, TO* __restrict__ out, long long count, TAcc init) {
+  TAcc acc = init;
+  for (long long i = threadIdx.x; i < count; i += kReduceThreads) acc = Op()(acc, partials[i]);
+  acc = block_reduce<Op>(acc, init);
   if (threadIdx.x == 0) *out = cast<TO>(acc);
+}
+
+// out[r] = reduce(x[r*K : (r+1)*K]) for M contiguous rows: one block per row.
+template <class Op, class TI, class TAcc, class TO>
+__global__ void __launch_bounds__(kReduceThreads)
+reduce_rows(const TI* __restrict__ x, TO* __restrict__ out, long long M, long long K, TAcc init) {
+  for (long long r = blockIdx.x; r < M; r += gridDim.x) {
+    const TI* row = x + r * K;
+    TAcc acc = init;
+    for (long long k = threadIdx.x; k < K; k += blockDim.x) acc = Op()(acc, load_acc<Op, TAcc>(row[k]));
+    acc = block_reduce<Op>(acc, init);
+    if (threadIdx.x == 0) out[r] = cast<TO>(acc);
+    __syncthreads();  // warp_partials is reused by the next row
+  }
+}
+
+// out[o*N + j] = reduce_k x[(o*K + k)*N + j]: reduce the middle axis of an
+// (outer, K, N) contiguous array; consecutive threads take consecutive j.
+template <class Op, class TI, class TAcc, class TO>
+__global__ void __launch_bounds__(256)
+reduce_cols(const TI* __restrict__ x, TO* __restrict__ out, long long outer, long long K, long long N, TAcc init) {
+  const long long total = outer * N;
+  for (long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x; t < total; t += (long long)gridDim.x * blockDim.x) {
+    const long long o = t / N, j = t - o * N;
+    const TI* p = x + o * K * N + j;
+    TAcc acc = init;
+    for (long long k = 0; k < K; ++k) acc = Op()(acc, load_acc<Op, TAcc>(p[k * N]));
+    out[t] = cast<TO>(acc);
+  }
+}
+
+// argmax (MAX=true) / argmin over contiguous rows: the first index of the
+// extreme value; a NaN counts as the extreme (NumPy returns the first NaN).
+template <bool MAX, class TC>
+__device__ __forceinline__ bool better(TC a, long long ia, TC b, long long ib) {
+  const bool na = is_nan(a), nb = is_nan(b);
+  if (na || nb) return na && (!nb || ia < ib);
+  if (a == b) return ia < ib;
+  return MAX ? a > b : a < b;
+}
+
+template <bool MAX, class TI, class TC>
+__global__ void __launch_bounds__(kReduceThreads)
+arg_reduce_rows(const TI* __restrict__ x, long long* __restrict__ out, long long M, long long K) {
+  __shared__ TC s_val[kReduceThreads / 32];
+  __shared__ long long s_idx[kReduceThreads / 32];
+  for (long long r = blockIdx.x; r < M; r += gridDim.x) {
+    const TI* row = x + r * K;
+    TC best = cast<TC>(row[0]);
+    long long bi = 0;
+    for (long long k = threadIdx.x; k < K; k += blockDim.x) {
+      TC v = cast<TC>(row[k]);
+      if (better<MAX>(v, k, best, bi)) { best = v; bi = k; }
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) {
+      TC ov = __shfl_xor_sync(0xffffffffu, best, off);
+      long long oi = __shfl_xor_sync(0xffffffffu, bi, off);
+      if (better<MAX>(ov, oi, best, bi)) { best = ov; bi = oi; }
+    }
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (lane == 0) { s_val[warp] = best; s_idx[warp] = bi; }
+    __syncthreads();
+    if (warp == 0) {
+      const int nw = blockDim.x / 32;
+      best = lane < nw ? s_val[lane] : s_val[0];
+      bi = lane < nw ? s_idx[lane] : s_idx[0];
+#pragma unroll
+      for (int off = 16; off > 0; off >>= 1) {
+        TC ov = __shfl_xor_sync(0xffffffffu, best, off);
+        long long oi = __shfl_xor_sync(0xffffffffu, bi, off);
+        if (better<MAX>(ov, oi, best, bi)) { best = ov; bi = oi; }
+      }
+      if (lane == 0) out[r] = bi;
+    }
+    __syncthreads();
+  }
 }
 
 }  // namespace pgk

@@ -1,0 +1,200 @@
+"""Reductions with NumPy's semantics: sum, prod, max, min, all, any, mean, var,
+std, argmax, argmin, over an axis, a tuple of axes or everything, with
+``keepdims`` and ``dtype``.
+
+Every reduction becomes one of three shapes of work on a contiguous array
+(a copy is made only when the reduced axes cannot be addressed that way):
+``all`` (everything: a grid-wide two-pass reduction), ``rows`` (reduce the
+innermost run: one block per row) or ``cols`` (reduce a run of axes with
+contiguous axes after it: coalesced across threads). Accumulation is in
+float32 for the 8/16/32-bit floats, float64 for float64, 64-bit integers for
+integers, in a tree, so the float error does not grow with n.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from typing import Any
+
+import numpy as np
+
+from . import _dtypes, _runtime
+from .array import GPUArray, _normalize_axis
+
+_NAMES = {"sum": "add", "prod": "multiply", "max": "maximum", "min": "minimum"}
+
+
+def _axes(axis: Any, ndim: int) -> tuple[int, ...]:
+    if axis is None:
+        return tuple(range(ndim))
+    items = axis if isinstance(axis, tuple) else (axis,)
+    out = sorted(_normalize_axis(a, ndim) for a in items)
+    if len(set(out)) != len(out):
+        raise ValueError("duplicate value in 'axis'")
+    return tuple(out)
+
+
+def compare_dtype(dt: np.dtype) -> np.dtype:
+    """The dtype max/min/argmax compare in: float32 for the 8/16-bit floats, int32
+    for bool and 8/16-bit integers (warp shuffles move 32 or 64 bits), else dt."""
+    if dt.itemsize >= 4:
+        return dt
+    return _dtypes.float32 if _dtypes.is_float(dt) else _dtypes.int32
+
+
+def _plan(op: str, dt: np.dtype, dtype: Any) -> tuple[np.dtype, np.dtype, Any]:
+    """(result dtype, accumulator dtype, identity) of reduction ``op`` over ``dt``."""
+    if op in ("sum", "prod"):
+        out = _dtypes.sum_dtype(dt) if dtype is None else _dtypes.as_dtype(dtype)
+        if out == _dtypes.float64:
+            acc = out
+        elif _dtypes.is_float(out):
+            acc = _dtypes.float32
+        elif out == _dtypes.bool_:
+            acc = _dtypes.int64
+        else:
+            acc = _dtypes.uint64 if out.kind == "u" else _dtypes.int64
+        return out, acc, 0 if op == "sum" else 1
+    if op in ("all", "any"):
+        return _dtypes.bool_, _dtypes.int32, 1 if op == "all" else 0
+    # max / min: the input dtype, compared in its compute dtype
+    acc = compare_dtype(dt)
+    if _dtypes.is_float(acc):
+        init: Any = -math.inf if op == "max" else math.inf
+    elif dt == _dtypes.bool_:
+        init = int(op == "min")
+    else:
+        info = np.iinfo(dt)
+        init = int(info.min) if op == "max" else int(info.max)
+    return dt, acc, init
+
+
+def _layout(x: GPUArray, axes: tuple[int, ...]) -> tuple[str, GPUArray, tuple[int, ...]]:
+    """("all" | "rows" | "cols", contiguous source, (M, K) or (outer, K, N))."""
+    nd = x.ndim
+    if len(axes) == nd:
+        return "all", x if x.is_contiguous else x.copy(), (x.size,)
+    shape = x.shape
+    run = axes == tuple(range(axes[0], axes[-1] + 1)) if axes else True
+    if x.is_contiguous and run:
+        outer = math.prod(shape[: axes[0]])
+        k = math.prod(shape[axes[0] : axes[-1] + 1])
+        n = math.prod(shape[axes[-1] + 1 :])
+        if n == 1:
+            return "rows", x, (outer, k)
+        return "cols", x, (outer, k, n)
+    kept = [i for i in range(nd) if i not in axes]
+    src = x.transpose([*kept, *axes]).copy()
+    return "rows", src, (math.prod(shape[i] for i in kept), math.prod(shape[i] for i in axes))
+
+
+def _reduce(op: str, x: Any, axis: Any, keepdims: bool, dtype: Any = None) -> GPUArray:
+    if not isinstance(x, GPUArray):
+        raise TypeError(f"{op}() expects a GPUArray, got {type(x).__name__}")
+    axes = _axes(axis, x.ndim)
+    out_dt, acc_dt, init = _plan(op, x.dtype, dtype)
+    kept_shape = tuple(d for i, d in enumerate(x.shape) if i not in axes)
+    count = math.prod(x.shape[i] for i in axes)
+    if count == 0 and op in ("max", "min"):
+        raise ValueError(f"zero-size array to reduction operation {_NAMES[op]} which has no identity")
+    rt = _runtime.get()
+    if math.prod(kept_shape) == 0:
+        out = GPUArray._empty(kept_shape, out_dt)
+    elif count == 0:  # empty reduction: the identity everywhere
+        from .creation import full
+
+        out = full(kept_shape, init, out_dt)
+    else:
+        kind, src, dims = _layout(x, axes)
+        out = rt.ops.reduce(op, kind, src, dims, out_dt, acc_dt, init).reshape(kept_shape)
+    if keepdims:
+        out = out.reshape(tuple(1 if i in axes else d for i, d in enumerate(x.shape)))
+    return out
+
+
+def sum(x: GPUArray, axis: Any = None, dtype: Any = None, keepdims: bool = False) -> GPUArray:
+    """Sum with NumPy's result dtype (int64 for integers and bool, uint64 for unsigned)."""
+    return _reduce("sum", x, axis, keepdims, dtype)
+
+
+def prod(x: GPUArray, axis: Any = None, dtype: Any = None, keepdims: bool = False) -> GPUArray:
+    return _reduce("prod", x, axis, keepdims, dtype)
+
+
+def max(x: GPUArray, axis: Any = None, keepdims: bool = False) -> GPUArray:
+    """Maximum; NaN propagates (as numpy.max)."""
+    return _reduce("max", x, axis, keepdims)
+
+
+def min(x: GPUArray, axis: Any = None, keepdims: bool = False) -> GPUArray:
+    """Minimum; NaN propagates (as numpy.min)."""
+    return _reduce("min", x, axis, keepdims)
+
+
+def all(x: GPUArray, axis: Any = None, keepdims: bool = False) -> GPUArray:
+    return _reduce("all", x, axis, keepdims)
+
+
+def any(x: GPUArray, axis: Any = None, keepdims: bool = False) -> GPUArray:
+    return _reduce("any", x, axis, keepdims)
+
+
+def _mean_dtype(dt: np.dtype, dtype: Any) -> np.dtype:
+    if dtype is not None:
+        return _dtypes.as_dtype(dtype)
+    return dt if _dtypes.is_float(dt) else _dtypes.float64
+
+
+def mean(x: GPUArray, axis: Any = None, dtype: Any = None, keepdims: bool = False) -> GPUArray:
+    """Arithmetic mean; integers give float64, floats keep their dtype (float16 and
+    bfloat16 are accumulated in float32, as NumPy does for float16)."""
+    out_dt = _mean_dtype(x.dtype, dtype)
+    acc = _dtypes.float64 if out_dt == _dtypes.float64 else _dtypes.float32
+    count = math.prod(x.shape[i] for i in _axes(axis, x.ndim))
+    s = _reduce("sum", x, axis, keepdims, acc)
+    return (s / float(count) if count else s * math.nan).astype(out_dt, copy=False)
+
+
+def var(x: GPUArray, axis: Any = None, dtype: Any = None, ddof: int = 0, keepdims: bool = False) -> GPUArray:
+    """Variance, two passes (mean, then squared deviations), with ``ddof`` as NumPy."""
+    out_dt = _mean_dtype(x.dtype, dtype)
+    acc = _dtypes.float64 if out_dt == _dtypes.float64 else _dtypes.float32
+    axes = _axes(axis, x.ndim)
+    count = math.prod(x.shape[i] for i in axes)
+    xa = x.astype(acc, copy=False)
+    m = mean(xa, axis, acc, keepdims=True)
+    d = xa - m
+    ss = _reduce("sum", d * d, axis, keepdims, acc)
+    denom = count - operator.index(ddof)
+    return (ss / float(denom) if denom > 0 else ss * math.nan).astype(out_dt, copy=False)
+
+
+def _arg(is_max: bool, x: Any, axis: Any, keepdims: bool) -> GPUArray:
+    name = "argmax" if is_max else "argmin"
+    if not isinstance(x, GPUArray):
+        raise TypeError(f"{name}() expects a GPUArray, got {type(x).__name__}")
+    if x.size == 0:
+        raise ValueError(f"attempt to get {name} of an empty sequence")
+    if axis is None:
+        flat = x.reshape(-1)
+        out = _runtime.get().ops.arg_reduce(is_max, flat if flat.is_contiguous else flat.copy(), (1, x.size)).reshape(())
+        return out.reshape((1,) * x.ndim) if keepdims else out
+    ax = _normalize_axis(axis, x.ndim)
+    kept = [i for i in range(x.ndim) if i != ax]
+    src = x.transpose([*kept, ax])
+    src = src if src.is_contiguous else src.copy()
+    kept_shape = tuple(x.shape[i] for i in kept)
+    out = _runtime.get().ops.arg_reduce(is_max, src, (math.prod(kept_shape), x.shape[ax])).reshape(kept_shape)
+    if keepdims:
+        out = out.reshape(tuple(1 if i == ax else d for i, d in enumerate(x.shape)))
+    return out
+
+
+def argmax(x: GPUArray, axis: int | None = None, keepdims: bool = False) -> GPUArray:
+    """Index of the first maximum (of the flattened array when axis is None); NaN counts as maximal."""
+    return _arg(True, x, axis, keepdims)
+
+
+def argmin(x: GPUArray, axis: int | None = None, keepdims: bool = False) -> GPUArray:
+    return _arg(False, x, axis, keepdims)
