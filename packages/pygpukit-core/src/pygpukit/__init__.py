@@ -31,6 +31,7 @@ from ._errors import BackendError, CompileError, CudaError, NVRTCError, OutOfMem
 from .array import Device, GPUArray
 from .creation import arange, asarray, empty, from_numpy, full, ones, zeros
 from .info import Info, info
+from .interop import from_dlpack
 from .jit import JitKernel, jit
 from .reductions import all, any, argmax, argmin, max, mean, min, prod, sum, var
 from .shape import ascontiguousarray, broadcast_to, expand_dims, permute_dims, ravel, reshape, squeeze, swapaxes, transpose
@@ -81,6 +82,7 @@ __all__ = [
     "float16",
     "float32",
     "float64",
+    "from_dlpack",
     "from_numpy",
     "full",
     "info",

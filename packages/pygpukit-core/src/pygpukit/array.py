@@ -309,6 +309,28 @@ class GPUArray:
 
         return reductions.argmin(self, axis, keepdims)
 
+    # -- interop (pygpukit.interop) ---------------------------------------------
+    def __dlpack__(
+        self, *, stream: Any = None, max_version: tuple[int, int] | None = None, dl_device: Any = None, copy: bool | None = None
+    ) -> Any:
+        """DLPack export (zero-copy). ``stream``: the consumer's stream, made to wait for ours."""
+        from . import interop
+
+        if dl_device is not None and tuple(dl_device) != interop.dlpack_device(self):
+            raise BufferError(f"__dlpack__: cannot export to device {dl_device}; the array is on {interop.dlpack_device(self)}")
+        return interop.to_dlpack(self, stream, max_version, copy)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        from . import interop
+
+        return interop.dlpack_device(self)
+
+    @property
+    def __cuda_array_interface__(self) -> dict[str, Any]:
+        from . import interop
+
+        return interop.cuda_array_interface(self)
+
     # -- views ------------------------------------------------------------------
     def _view(self, shape: tuple[int, ...], strides: tuple[int, ...], offset: int = 0) -> GPUArray:
         """A view of the same memory (it keeps the pool block alive)."""
