@@ -29,12 +29,45 @@ from ._dtypes import (
 )
 from ._errors import BackendError, CompileError, CudaError, NVRTCError, OutOfMemoryError, PyGPUkitError
 from .array import Device, GPUArray
-from .creation import arange, asarray, empty, from_numpy, full, ones, zeros
+from .creation import (
+    arange,
+    asarray,
+    empty,
+    empty_like,
+    eye,
+    from_numpy,
+    full,
+    full_like,
+    identity,
+    linspace,
+    ones,
+    ones_like,
+    zeros,
+    zeros_like,
+)
 from .info import Info, info
 from .interop import from_dlpack
 from .jit import JitKernel, jit
 from .reductions import all, any, argmax, argmin, max, mean, min, prod, sum, var
-from .shape import ascontiguousarray, broadcast_to, expand_dims, permute_dims, ravel, reshape, squeeze, swapaxes, transpose
+from .shape import (
+    ascontiguousarray,
+    broadcast_to,
+    concatenate,
+    expand_dims,
+    flip,
+    pad,
+    permute_dims,
+    ravel,
+    repeat,
+    reshape,
+    roll,
+    split,
+    squeeze,
+    stack,
+    swapaxes,
+    tile,
+    transpose,
+)
 from .streams import Event, Stream, current_stream, synchronize
 
 
@@ -74,9 +107,13 @@ __all__ = [
     "bfloat16",
     "bool_",
     "broadcast_to",
+    "concatenate",
     "current_stream",
     "empty",
+    "empty_like",
     "expand_dims",
+    "eye",
+    "flip",
     "float8_e4m3fn",
     "float8_e5m2",
     "float16",
@@ -85,26 +122,36 @@ __all__ = [
     "from_dlpack",
     "from_numpy",
     "full",
+    "full_like",
+    "identity",
     "info",
     "int8",
     "int16",
     "int32",
     "int64",
     "jit",
+    "linspace",
     "max",
     "mean",
     "memory",
     "min",
     "ones",
+    "ones_like",
+    "pad",
     "permute_dims",
     "prod",
     "ravel",
+    "repeat",
     "reshape",
     "result_type",
+    "roll",
+    "split",
     "squeeze",
+    "stack",
     "sum",
     "swapaxes",
     "synchronize",
+    "tile",
     "to_numpy",
     "transpose",
     "uint8",
@@ -113,4 +160,5 @@ __all__ = [
     "uint64",
     "var",
     "zeros",
+    "zeros_like",
 ]  # fmt: skip

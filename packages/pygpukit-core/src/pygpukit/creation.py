@@ -97,3 +97,62 @@ def asarray(obj: Any, dtype: Any = None, copy: bool | None = None) -> GPUArray:
     if host.dtype == object:
         raise TypeError(f"cannot convert {type(obj).__name__} to a GPUArray: it holds Python objects")
     return from_numpy(np.ascontiguousarray(host))
+
+
+def _like(a: GPUArray, dtype: Any, shape: Any) -> tuple[Any, Any]:
+    if not isinstance(a, GPUArray):
+        raise TypeError(f"expected a GPUArray, got {type(a).__name__}")
+    return (a.shape if shape is None else shape), (a.dtype if dtype is None else dtype)
+
+
+def empty_like(a: GPUArray, dtype: Any = None, shape: Any = None) -> GPUArray:
+    s, d = _like(a, dtype, shape)
+    return empty(s, d)
+
+
+def zeros_like(a: GPUArray, dtype: Any = None, shape: Any = None) -> GPUArray:
+    s, d = _like(a, dtype, shape)
+    return zeros(s, d)
+
+
+def ones_like(a: GPUArray, dtype: Any = None, shape: Any = None) -> GPUArray:
+    s, d = _like(a, dtype, shape)
+    return ones(s, d)
+
+
+def full_like(a: GPUArray, fill_value: Any, dtype: Any = None, shape: Any = None) -> GPUArray:
+    s, d = _like(a, dtype, shape)
+    return full(s, fill_value, d)
+
+
+def linspace(start: float, stop: float, num: int = 50, endpoint: bool = True, dtype: Any = None) -> GPUArray:
+    """``num`` evenly spaced values from start to stop, computed as NumPy does
+    (start + i * step in float64, the last value set to stop exactly)."""
+    num = operator.index(num)
+    if num < 0:
+        raise ValueError(f"Number of samples, {num}, must be non-negative.")
+    div = (num - 1) if endpoint else num
+    step = (float(stop) - float(start)) / div if div > 0 else float("nan")
+    y = arange(num, dtype=_dtypes.float64)
+    y = y * step + float(start) if div > 0 else y * 0.0 + float(start)
+    if endpoint and num > 1:
+        y[-1] = float(stop)
+    dt = _dtypes.float64 if dtype is None else _dtypes.as_dtype(dtype)
+    return y.astype(dt, copy=False)
+
+
+def eye(n: int, m: int | None = None, k: int = 0, dtype: Any = _dtypes.float64) -> GPUArray:
+    """An n x m array with ones on diagonal ``k`` (a strided view of the flat array is filled)."""
+    n = operator.index(n)
+    m = n if m is None else operator.index(m)
+    out = zeros((n, m), dtype)
+    if k >= m or -k >= n or n == 0 or m == 0:
+        return out
+    start = k if k >= 0 else -k * m
+    count = min(n - max(-k, 0), m - max(k, 0))
+    out.reshape(-1)[start : start + count * (m + 1) : m + 1] = 1
+    return out
+
+
+def identity(n: int, dtype: Any = _dtypes.float64) -> GPUArray:
+    return eye(n, dtype=dtype)
