@@ -58,7 +58,7 @@ def test_index_errors():
     with pytest.raises(IndexError, match="only integers, slices"):
         a[1.5]
     with pytest.raises(IndexError, match="advanced indexing"):
-        a[[0, 1]]
+        a[[0, 1], 1:]  # mixed advanced and basic indexing
 
 
 @pytest.mark.parametrize("dtype", [gp.float32, gp.float16, gp.int64, gp.bfloat16, gp.uint8], ids=str)

@@ -49,6 +49,7 @@ from .info import Info, info
 from .interop import from_dlpack
 from .jit import JitKernel, jit
 from .reductions import all, any, argmax, argmin, max, mean, min, prod, sum, var
+from .selection import take, take_along_axis
 from .shape import (
     ascontiguousarray,
     broadcast_to,
@@ -151,6 +152,8 @@ __all__ = [
     "sum",
     "swapaxes",
     "synchronize",
+    "take",
+    "take_along_axis",
     "tile",
     "to_numpy",
     "transpose",

@@ -24,6 +24,28 @@ def is_advanced(key: Any) -> bool:
     return False
 
 
+def single_integer_array(key: Any, ndim: int) -> tuple[int, Any]:
+    """(axis, index array) for ``a[idx]`` or ``a[:, ..., idx]``: one integer array,
+    every other entry a full slice or an Ellipsis. Other advanced forms raise IndexError."""
+    items = key if isinstance(key, tuple) else (key,)
+    arrays = [i for i, k in enumerate(items) if not (k is Ellipsis or (isinstance(k, slice) and k == slice(None)))]
+    if len(arrays) != 1 or isinstance(items[arrays[0]], (bool, np.bool_)):
+        raise IndexError(
+            "supported advanced indexing: one integer array on one axis, other entries ':' or '...' "
+            "(boolean masks and mixed advanced/basic indexing are not supported yet)"
+        )
+    pos = arrays[0]
+    if any(k is Ellipsis for k in items[:pos]):
+        axis = ndim - (len(items) - pos)
+    else:
+        axis = pos
+    idx = items[pos]
+    kind = getattr(getattr(idx, "dtype", None), "kind", None) or np.asarray(idx).dtype.kind
+    if kind == "b":
+        raise IndexError("boolean mask indexing is not supported yet")
+    return axis, idx
+
+
 def _as_index(k: Any) -> int:
     if isinstance(k, (bool, np.bool_)):
         raise IndexError(_VALID)

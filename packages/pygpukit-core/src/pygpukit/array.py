@@ -339,10 +339,10 @@ class GPUArray:
     def __getitem__(self, key: Any) -> GPUArray:
         """Basic indexing (ints, slices with steps, None, ...) returns a view, as in NumPy."""
         if _indexing.is_advanced(key):
-            raise IndexError(
-                "advanced indexing (integer or boolean arrays as indices) is not available yet; "
-                "use basic indexing (ints, slices, None, ...) or gp.asarray(a.to_numpy()[index])"
-            )
+            axis, idx = _indexing.single_integer_array(key, self.ndim)
+            from .selection import take
+
+            return take(self, idx, axis)
         shape, strides, offset = _indexing.basic_index(self._shape, self.strides, key)
         return self._view(shape, strides, offset)
 

@@ -110,6 +110,19 @@ class CpuOps:
             view(out)[...] = np.asarray(r).reshape(shape).astype(out_dt)
         return out
 
+    def gather(self, src: Any, idx: Any, out_shape: tuple[int, ...], axis_len: int, n_idx: int, inner: int, along: bool) -> Any:
+        from ..array import GPUArray
+
+        a = view(src).reshape(-1, axis_len, inner)
+        i = view(idx).astype(np.int64)
+        if along:
+            r = np.take_along_axis(a, i.reshape(a.shape[0], -1, inner), axis=1)
+        else:
+            r = np.take(a, i.reshape(-1), axis=1)
+        out = GPUArray._empty(out_shape, src.dtype)
+        view(out)[...] = r.reshape(out_shape)
+        return out
+
     def arg_reduce(self, is_max: bool, src: Any, dims: tuple[int, int]) -> Any:
         from ..array import GPUArray
 

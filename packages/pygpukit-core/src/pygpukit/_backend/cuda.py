@@ -38,6 +38,7 @@ ALL_FINAL = "pgk::all_final<{op}, {acc}, {o}>"
 REDUCE_ROWS = "pgk::reduce_rows<{op}, {a}, {acc}, {o}>"
 REDUCE_COLS = "pgk::reduce_cols<{op}, {a}, {acc}, {o}>"
 ARG_ROWS = "pgk::arg_reduce_rows<{max}, {a}, {c}>"
+GATHER = "pgk::gather<{t}, {i}, {along}>"
 _REDUCE_OPS = {"sum": "pgk::Sum", "prod": "pgk::Prod", "max": "pgk::Max", "min": "pgk::Min", "all": "pgk::All", "any": "pgk::Any"}
 
 _PACK_BINARY = struct.Struct("@PPPq")
@@ -298,6 +299,17 @@ class CudaOps:
         self.launch(fn, min(_grid_for(outer * n, 256), self.sms * 32), 1, 1, 256, 1, 1, 0, stream, args)
         return out
 
+    def gather(self, src: Any, idx: Any, out_shape: tuple[int, ...], axis_len: int, n_idx: int, inner: int, along: bool) -> Any:
+        """out[o, j, i] = src[o, idx[j], i] (``along``: idx[o, j, i]); src and idx contiguous."""
+        stream = current_stream_handle()
+        out = GPUArray._empty(out_shape, src.dtype, stream)
+        n = out.size
+        if n:
+            expr = GATHER.format(t=_C[src.dtype], i=_C[idx.dtype], along="true" if along else "false")
+            args = struct.pack("@PPPqqqq", src.data_ptr, idx.data_ptr, out.data_ptr, n, n_idx, axis_len, inner)
+            self.launch(self._fn("indexing", expr), self._strided_grid(n), 1, 1, THREADS, 1, 1, 0, stream, args)
+        return out
+
     def arg_reduce(self, is_max: bool, src: Any, dims: tuple[int, int]) -> Any:
         """Index of the first max (min) of each contiguous row of ``src`` viewed as (M, K)."""
         stream = current_stream_handle()
@@ -348,4 +360,8 @@ def instantiations() -> dict[str, list[str]]:
             reduce.append(REDUCE_COLS.format(**args))
         tc = _C[compare_dtype(dt)]
         reduce += [ARG_ROWS.format(max=m, a=_C[dt], c=tc) for m in ("true", "false")]
-    return {"elementwise": sorted(set(elementwise)), "reduce": sorted(set(reduce))}
+    indexing = [
+        GATHER.format(t=_C[dt], i=_C[it], along=al) for dt in dts for it in (_dtypes.int32, _dtypes.int64) for al in ("true", "false")
+    ]
+    indexing += [GATHER.format(t=_C[_dtypes.float32], i=_C[it], along="false") for it in dts if it.kind in "iu"]
+    return {"elementwise": sorted(set(elementwise)), "reduce": sorted(set(reduce)), "indexing": sorted(set(indexing))}

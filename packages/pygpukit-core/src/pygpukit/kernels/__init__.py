@@ -12,7 +12,7 @@ from functools import cache
 
 from ..jit import compiler, module
 
-SOURCES = ("elementwise", "reduce")
+SOURCES = ("elementwise", "reduce", "indexing")
 _functions: dict[tuple[str, str, int], int] = {}
 
 

@@ -1,0 +1,28 @@
+// Gather along one axis: the kernel behind take(), take_along_axis() and
+// integer-array indexing.
+//
+// The source is contiguous and viewed as (outer, axis_len, inner); out is
+// (outer, n_idx, inner) with out[o, j, i] = a[o, idx[j], i] (take), or, when
+// ALONG is true, idx has out's shape and out[o, j, i] = a[o, idx[o, j, i], i]
+// (take_along_axis). Negative indices wrap once, as in NumPy; the host has
+// checked the bounds. Each thread copies one element.
+#include "pgk/types.cuh"
+
+namespace pgk {
+
+template <class T, class TIdx, bool ALONG>
+__global__ void __launch_bounds__(256)
+gather(const T* __restrict__ a, const TIdx* __restrict__ idx, T* __restrict__ out, long long n_out, long long n_idx,
+       long long axis_len, long long inner) {
+  for (long long t = (long long)blockIdx.x * 256 + threadIdx.x; t < n_out; t += (long long)gridDim.x * 256) {
+    const long long i = t % inner;
+    const long long rest = t / inner;
+    const long long j = rest % n_idx;
+    const long long o = rest / n_idx;
+    long long k = (long long)idx[ALONG ? t : j];
+    if (k < 0) k += axis_len;
+    out[t] = a[(o * axis_len + k) * inner + i];
+  }
+}
+
+}  // namespace pgk

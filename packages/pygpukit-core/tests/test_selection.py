@@ -1,0 +1,53 @@
+"""take, take_along_axis and integer-array indexing against NumPy."""
+
+import numpy as np
+import pytest
+
+import pygpukit as gp
+from gp_testing import random_array
+
+
+@pytest.mark.parametrize("dtype", [gp.float32, gp.float16, gp.int64, gp.uint8, gp.bfloat16, gp.bool_], ids=str)
+@pytest.mark.parametrize("axis", [None, 0, 1, -1])
+def test_take(rng, dtype, axis):
+    x = random_array(rng, (5, 6, 7), dtype)
+    n = x.size if axis is None else x.shape[axis]
+    idx = rng.integers(-n, n, size=(3, 4)).astype(np.int64)
+    got = gp.take(gp.from_numpy(x), gp.from_numpy(idx), axis=axis).to_numpy()
+    np.testing.assert_array_equal(got, np.take(x, idx, axis=axis))
+    idx32 = idx.astype(np.int32)
+    np.testing.assert_array_equal(gp.take(gp.from_numpy(x), idx32, axis=axis).to_numpy(), np.take(x, idx32, axis=axis))
+
+
+def test_integer_array_indexing(rng):
+    x = random_array(rng, (6, 5, 4), np.float32)
+    a = gp.from_numpy(x)
+    idx = np.array([5, 0, -1, 2])
+    np.testing.assert_array_equal(a[idx].to_numpy(), x[idx])
+    np.testing.assert_array_equal(a[[1, 1, 3]].to_numpy(), x[[1, 1, 3]])
+    np.testing.assert_array_equal(a[:, gp.from_numpy(np.array([4, 0]))].to_numpy(), x[:, [4, 0]])
+    np.testing.assert_array_equal(a[..., [3, 2, 1]].to_numpy(), x[..., [3, 2, 1]])
+    np.testing.assert_array_equal(a.T[[0, 2]].to_numpy(), x.T[[0, 2]])  # strided source
+    with pytest.raises(IndexError, match="out of bounds for axis 0 with size 6"):
+        a[[0, 6]]
+    with pytest.raises(IndexError, match="out of bounds"):
+        gp.take(a, [-7], axis=0)
+    with pytest.raises(IndexError, match="integer type"):
+        gp.take(a, np.array([0.5]), axis=0)
+    with pytest.raises(IndexError, match="boolean mask"):
+        a[x > 0]
+    with pytest.raises(IndexError, match="one integer array"):
+        a[[0, 1], [0, 1]]
+
+
+@pytest.mark.parametrize("axis", [0, 1, -1])
+def test_take_along_axis(rng, axis):
+    x = random_array(rng, (4, 5, 6), np.float64)
+    a = gp.from_numpy(x)
+    order = np.argsort(x, axis=axis)
+    np.testing.assert_array_equal(gp.take_along_axis(a, gp.from_numpy(order), axis).to_numpy(), np.take_along_axis(x, order, axis))
+    am = np.expand_dims(np.argmax(x, axis=axis), axis)
+    got = gp.take_along_axis(a, a.argmax(axis=axis, keepdims=True), axis).to_numpy()
+    np.testing.assert_array_equal(got, np.take_along_axis(x, am, axis))
+    with pytest.raises(ValueError, match="same number of dimensions"):
+        gp.take_along_axis(a, gp.from_numpy(order[0]), axis)
