@@ -104,6 +104,46 @@ def _host_overhead_one(rec: Recorder, name: str, mod, burst: int, reps: int) -> 
         rec.add("pool_alloc_free_1MiB_host", name, "us", host_time_us(alloc, sync, burst, reps), False, note="empty()")
 
 
+def _reduction_cases(name: str, a) -> dict[str, Callable[[], object]]:
+    if name == "torch":
+        return {
+            "sum_last": lambda: a.sum(dim=1),
+            "max_last": lambda: a.amax(dim=1),
+            "argmax_last": lambda: a.argmax(dim=1),
+            "sum_all": a.sum,
+            "sum_first": lambda: a.sum(dim=0),
+        }
+    # pygpukit, CuPy and NumPy share NumPy's spelling
+    return {
+        "sum_last": lambda: a.sum(axis=1),
+        "max_last": lambda: a.max(axis=1),
+        "argmax_last": lambda: a.argmax(axis=1),
+        "sum_all": a.sum,
+        "sum_first": lambda: a.sum(axis=0),
+    }
+
+
+def bench_reductions(rec: Recorder, quick: bool) -> None:
+    """sum / max / argmax over the last axis, sum over the first axis and over
+    everything of an (8192, 8192) float32 array; GB/s of the input read."""
+    side = 2048 if quick else 8192
+    warm, reps = (2, 5) if quick else (3, 20)
+    host = np.random.default_rng(3).standard_normal((side, side), dtype=np.float32)
+    for name, timer, mod in _impls(quick):
+        arr: object
+        if name == "pygpukit":
+            arr = gp.from_numpy(host)
+        elif name == "torch":
+            arr = mod.from_numpy(host).cuda()
+        elif name == "cupy":
+            arr = mod.asarray(host)
+        else:
+            arr = host
+        for case, fn in _reduction_cases(name, arr).items():
+            ms = median_time_ms(fn, timer, warm, reps)
+            rec.add(f"{case}_f32_{side}x{side}", name, "GB/s", host.nbytes / ms / 1e6, True)
+
+
 _EMPTY_SRC = 'extern "C" __global__ void empty4(const float* a, const float* b, float* c, long long n) {}'
 
 
@@ -202,6 +242,7 @@ SUITE = {
     "bandwidth": bench_bandwidth,
     "host_overhead": bench_host_overhead,
     "launch": bench_launch,
+    "reductions": bench_reductions,
     "jit": bench_jit,
     "import": bench_import,
 }
