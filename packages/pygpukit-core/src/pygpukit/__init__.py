@@ -48,6 +48,7 @@ from .creation import (
 from .info import Info, info
 from .interop import from_dlpack
 from .jit import JitKernel, jit
+from .linalg import dot, matmul, outer, vdot
 from .reductions import all, any, argmax, argmin, max, mean, min, prod, sum, var
 from .selection import take, take_along_axis
 from .shape import (
@@ -110,6 +111,7 @@ __all__ = [
     "broadcast_to",
     "concatenate",
     "current_stream",
+    "dot",
     "empty",
     "empty_like",
     "expand_dims",
@@ -132,12 +134,14 @@ __all__ = [
     "int64",
     "jit",
     "linspace",
+    "matmul",
     "max",
     "mean",
     "memory",
     "min",
     "ones",
     "ones_like",
+    "outer",
     "pad",
     "permute_dims",
     "prod",
@@ -162,6 +166,7 @@ __all__ = [
     "uint32",
     "uint64",
     "var",
+    "vdot",
     "zeros",
     "zeros_like",
 ]  # fmt: skip

@@ -257,6 +257,16 @@ class GPUArray:
     __truediv__ = _operator(DIV, False)
     __rtruediv__ = _operator(DIV, True)
 
+    def __matmul__(self, other: Any) -> GPUArray:
+        from .linalg import _matmul_operator
+
+        return _matmul_operator(self, other)
+
+    def __rmatmul__(self, other: Any) -> GPUArray:
+        from .linalg import _rmatmul_operator
+
+        return _rmatmul_operator(self, other)
+
     # -- reductions (pygpukit.reductions) --------------------------------------
     def sum(self, axis: Any = None, dtype: Any = None, keepdims: bool = False) -> GPUArray:
         """Sum, with NumPy's result dtype; see ``gp.sum``."""

@@ -110,6 +110,17 @@ class CpuOps:
             view(out)[...] = np.asarray(r).reshape(shape).astype(out_dt)
         return out
 
+    def matmul(self, a: Any, b: Any, out_dt: np.dtype, acc_dt: np.dtype, batch: int, m: int, n: int, k: int) -> Any:
+        """The CPU twin of the reference kernel: products accumulated in ``acc_dt``."""
+        from ..array import GPUArray
+
+        x = view(a).reshape(batch, m, k).astype(acc_dt)
+        y = view(b).reshape(batch, k, n).astype(acc_dt)
+        out = GPUArray._empty((batch * m * n,), out_dt)
+        with np.errstate(all="ignore"):
+            view(out)[...] = np.matmul(x, y).reshape(-1).astype(out_dt)
+        return out
+
     def gather(self, src: Any, idx: Any, out_shape: tuple[int, ...], axis_len: int, n_idx: int, inner: int, along: bool) -> Any:
         from ..array import GPUArray
 

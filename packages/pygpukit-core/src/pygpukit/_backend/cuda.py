@@ -39,6 +39,7 @@ REDUCE_ROWS = "pgk::reduce_rows<{op}, {a}, {acc}, {o}>"
 REDUCE_COLS = "pgk::reduce_cols<{op}, {a}, {acc}, {o}>"
 ARG_ROWS = "pgk::arg_reduce_rows<{max}, {a}, {c}>"
 GATHER = "pgk::gather<{t}, {i}, {along}>"
+MATMUL = "pgk::matmul_tiled<{a}, {b}, {o}, {acc}>"
 _REDUCE_OPS = {"sum": "pgk::Sum", "prod": "pgk::Prod", "max": "pgk::Max", "min": "pgk::Min", "all": "pgk::All", "any": "pgk::Any"}
 
 _PACK_BINARY = struct.Struct("@PPPq")
@@ -299,6 +300,20 @@ class CudaOps:
         self.launch(fn, min(_grid_for(outer * n, 256), self.sms * 32), 1, 1, 256, 1, 1, 0, stream, args)
         return out
 
+    def matmul(self, a: Any, b: Any, out_dt: np.dtype, acc_dt: np.dtype, batch: int, m: int, n: int, k: int) -> Any:
+        """(batch, m, k) @ (batch, k, n), both contiguous; the reference tiled kernel."""
+        stream = current_stream_handle()
+        out = GPUArray._empty((batch * m * n,), out_dt, stream)
+        if out.size == 0:
+            return out
+        if k == 0:
+            self.fill(out, 0)
+            return out
+        expr = MATMUL.format(a=_C[a.dtype], b=_C[b.dtype], o=_C[out_dt], acc=_C[acc_dt])
+        args = struct.pack("@PPPqqq", a.data_ptr, b.data_ptr, out.data_ptr, m, n, k)
+        self.launch(self._fn("linalg", expr), -(-n // 16), -(-m // 16), batch, 16, 16, 1, 0, stream, args)
+        return out
+
     def gather(self, src: Any, idx: Any, out_shape: tuple[int, ...], axis_len: int, n_idx: int, inner: int, along: bool) -> Any:
         """out[o, j, i] = src[o, idx[j], i] (``along``: idx[o, j, i]); src and idx contiguous."""
         stream = current_stream_handle()
@@ -364,4 +379,16 @@ def instantiations() -> dict[str, list[str]]:
         GATHER.format(t=_C[dt], i=_C[it], along=al) for dt in dts for it in (_dtypes.int32, _dtypes.int64) for al in ("true", "false")
     ]
     indexing += [GATHER.format(t=_C[_dtypes.float32], i=_C[it], along="false") for it in dts if it.kind in "iu"]
-    return {"elementwise": sorted(set(elementwise)), "reduce": sorted(set(reduce)), "indexing": sorted(set(indexing))}
+    from ..linalg import _acc_dtype
+
+    linalg = [MATMUL.format(a=_C[dt], b=_C[dt], o=_C[dt], acc=_C[_acc_dtype(dt)]) for dt in dts]
+    linalg += [
+        MATMUL.format(a=_C[x], b=_C[y], o=_C[_dtypes.float32], acc="float")
+        for x, y in ((_dtypes.float16, _dtypes.float32), (_dtypes.bfloat16, _dtypes.float16))
+    ]
+    return {
+        "elementwise": sorted(set(elementwise)),
+        "reduce": sorted(set(reduce)),
+        "indexing": sorted(set(indexing)),
+        "linalg": sorted(set(linalg)),
+    }

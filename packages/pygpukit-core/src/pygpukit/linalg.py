@@ -1,0 +1,96 @@
+"""Linear algebra entry points: matmul (``@``), dot, vdot, outer.
+
+The core implementation is a correct reference (exact FP32: no TF32, no
+tensor cores) for every dtype; the gemm plugin will register the fast paths
+through the op registry.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from . import _dtypes, _runtime
+from .array import GPUArray, broadcast_to
+
+
+def _acc_dtype(out: np.dtype) -> np.dtype:
+    if out == _dtypes.float64:
+        return out
+    if _dtypes.is_float(out):
+        return _dtypes.float32
+    return _dtypes.uint64 if out.kind == "u" else _dtypes.int64
+
+
+def matmul(a: GPUArray, b: GPUArray) -> GPUArray:
+    """Matrix product with NumPy's rules: 1-D operands are promoted and the added
+    axis removed, leading axes broadcast as a batch; no 0-d operands."""
+    if not isinstance(a, GPUArray) or not isinstance(b, GPUArray):
+        raise TypeError("matmul expects two GPUArrays")
+    if a.ndim == 0 or b.ndim == 0:
+        raise ValueError("matmul: Input operand does not have enough dimensions (0-d arrays are not allowed; use *)")
+    a2 = a.reshape(1, a.shape[0]) if a.ndim == 1 else a
+    b2 = b.reshape(b.shape[0], 1) if b.ndim == 1 else b
+    m, k = a2.shape[-2:]
+    k2, n = b2.shape[-2:]
+    if k != k2:
+        raise ValueError(
+            f"matmul: Input operand 1 has a mismatch in its core dimension 0, with gufunc signature (n?,k),(k,m?)->(n?,m?) (size {k2} is different from {k})"
+        )
+    batch = np.broadcast_shapes(a2.shape[:-2], b2.shape[:-2])
+    out_dt = _dtypes.result_type(a.dtype, b.dtype)
+    A = broadcast_to(a2, (*batch, m, k))
+    B = broadcast_to(b2, (*batch, k, n))
+    A = A if A.is_contiguous else A.copy()
+    B = B if B.is_contiguous else B.copy()
+    nb = math.prod(batch)
+    out = _runtime.get().ops.matmul(A, B, out_dt, _acc_dtype(out_dt), nb, m, n, k).reshape((*batch, m, n))
+    if a.ndim == 1:
+        out = out.squeeze(-2)
+    if b.ndim == 1:
+        out = out.squeeze(-1)
+    return out
+
+
+def dot(a: GPUArray, b: GPUArray) -> GPUArray:
+    """NumPy's dot for 1-D and 2-D operands (inner product; matrix product)."""
+    if a.ndim > 2 or b.ndim > 2:
+        raise ValueError("dot supports 1-D and 2-D operands; use matmul for batches")
+    if a.ndim == 0 or b.ndim == 0:
+        return a * b
+    return matmul(a, b)
+
+
+def vdot(a: GPUArray, b: GPUArray) -> GPUArray:
+    """Dot product of the flattened operands."""
+    if a.size != b.size:
+        raise ValueError(f"vdot: cannot take the dot product of sizes {a.size} and {b.size}")
+    return matmul(a.reshape(-1), b.reshape(-1))
+
+
+def outer(a: GPUArray, b: GPUArray) -> GPUArray:
+    """Outer product of the flattened operands (an elementwise product with broadcasting)."""
+    return a.reshape(-1, 1) * b.reshape(1, -1)
+
+
+def _operand(other: Any) -> GPUArray | None:
+    """A NumPy operand is copied over (as for + - * /); anything else is not ours."""
+    if isinstance(other, GPUArray):
+        return other
+    if isinstance(other, np.ndarray):
+        from .creation import asarray
+
+        return asarray(other)
+    return None
+
+
+def _matmul_operator(self: GPUArray, other: Any) -> GPUArray:
+    o = _operand(other)
+    return NotImplemented if o is None else matmul(self, o)
+
+
+def _rmatmul_operator(self: GPUArray, other: Any) -> GPUArray:
+    o = _operand(other)
+    return NotImplemented if o is None else matmul(o, self)
