@@ -35,7 +35,7 @@ FILL = "pgk::fill<{o}, {vec}>"
 ARANGE = "pgk::arange<{o}, {c}>"
 ALL_PARTIAL = "pgk::all_partial<{op}, {a}, {acc}, {vec}>"
 ALL_FINAL = "pgk::all_final<{op}, {acc}, {o}>"
-REDUCE_ROWS = "pgk::reduce_rows<{op}, {a}, {acc}, {o}>"
+REDUCE_ROWS = "pgk::reduce_rows<{op}, {a}, {acc}, {o}, {vec}>"
 REDUCE_COLS = "pgk::reduce_cols<{op}, {a}, {acc}, {o}>"
 ARG_ROWS = "pgk::arg_reduce_rows<{max}, {a}, {c}>"
 GATHER = "pgk::gather<{t}, {i}, {along}>"
@@ -289,7 +289,10 @@ class CudaOps:
         if kind == "rows":
             m, k = dims
             out = GPUArray._empty((m,), out_dt, stream)
-            fn = self._fn("reduce", REDUCE_ROWS.format(op=fop, a=ti, acc=ta, o=to))
+            vec = 16 // src.itemsize
+            while vec > 1 and (k % vec or src.data_ptr % (vec * src.itemsize)):
+                vec //= 2
+            fn = self._fn("reduce", REDUCE_ROWS.format(op=fop, a=ti, acc=ta, o=to, vec=vec))
             grid = min(m, 65535 * 16)
             self.launch(fn, grid, 1, 1, REDUCE_THREADS, 1, 1, 0, stream, struct.pack("@PPqq", src.data_ptr, out.data_ptr, m, k) + pack_init)
             return out
@@ -297,7 +300,7 @@ class CudaOps:
         out = GPUArray._empty((outer * n,), out_dt, stream)
         fn = self._fn("reduce", REDUCE_COLS.format(op=fop, a=ti, acc=ta, o=to))
         args = struct.pack("@PPqqq", src.data_ptr, out.data_ptr, outer, k, n) + pack_init
-        self.launch(fn, min(_grid_for(outer * n, 256), self.sms * 32), 1, 1, 256, 1, 1, 0, stream, args)
+        self.launch(fn, min(_grid_for(outer * n, 32), self.sms * 64), 1, 1, 32, 16, 1, 0, stream, args)
         return out
 
     def matmul(self, a: Any, b: Any, out_dt: np.dtype, acc_dt: np.dtype, batch: int, m: int, n: int, k: int) -> Any:
@@ -371,7 +374,7 @@ def instantiations() -> dict[str, list[str]]:
             args = {"op": fop, "a": _C[dt], "acc": _C[acc], "o": _C[out_dt]}
             reduce.append(ALL_PARTIAL.format(vec=vec[dt], **args))
             reduce.append(ALL_FINAL.format(**args))
-            reduce.append(REDUCE_ROWS.format(**args))
+            reduce += [REDUCE_ROWS.format(vec=v, **args) for v in sorted({1, vec[dt]})]
             reduce.append(REDUCE_COLS.format(**args))
         tc = _C[compare_dtype(dt)]
         reduce += [ARG_ROWS.format(max=m, a=_C[dt], c=tc) for m in ("true", "false")]

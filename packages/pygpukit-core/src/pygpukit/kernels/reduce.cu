@@ -109,14 +109,20 @@ all_final(const TAcc* __restrict__ partials, TO* __restrict__ out, long long cou
   if (threadIdx.x == 0) *out = cast<TO>(acc);
 }
 
-// out[r] = reduce(x[r*K : (r+1)*K]) for M contiguous rows: one block per row.
-template <class Op, class TI, class TAcc, class TO>
+// out[r] = reduce(x[r*K : (r+1)*K]) for M contiguous rows: one block per row,
+// VEC elements per load (the host picks VEC > 1 only when every row start is
+// 16-byte aligned and K is a multiple of VEC).
+template <class Op, class TI, class TAcc, class TO, int VEC>
 __global__ void __launch_bounds__(kReduceThreads)
 reduce_rows(const TI* __restrict__ x, TO* __restrict__ out, long long M, long long K, TAcc init) {
   for (long long r = blockIdx.x; r < M; r += gridDim.x) {
-    const TI* row = x + r * K;
+    const Vec<TI, VEC>* row = reinterpret_cast<const Vec<TI, VEC>*>(x + r * K);
     TAcc acc = init;
-    for (long long k = threadIdx.x; k < K; k += blockDim.x) acc = Op()(acc, load_acc<Op, TAcc>(row[k]));
+    for (long long k = threadIdx.x; k < K / VEC; k += blockDim.x) {
+      Vec<TI, VEC> v = row[k];
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) acc = Op()(acc, load_acc<Op, TAcc>(v.v[j]));
+    }
     acc = block_reduce<Op>(acc, init);
     if (threadIdx.x == 0) out[r] = cast<TO>(acc);
     __syncthreads();  // warp_partials is reused by the next row
@@ -124,17 +130,33 @@ reduce_rows(const TI* __restrict__ x, TO* __restrict__ out, long long M, long lo
 }
 
 // out[o*N + j] = reduce_k x[(o*K + k)*N + j]: reduce the middle axis of an
-// (outer, K, N) contiguous array; consecutive threads take consecutive j.
+// (outer, K, N) contiguous array. A block is 32 columns x kColRows slices of
+// K: threadIdx.x walks consecutive j (coalesced), threadIdx.y strides over K,
+// and the kColRows partials of a column meet in shared memory.
+constexpr int kColRows = 16;
+
 template <class Op, class TI, class TAcc, class TO>
-__global__ void __launch_bounds__(256)
+__global__ void __launch_bounds__(32 * kColRows)
 reduce_cols(const TI* __restrict__ x, TO* __restrict__ out, long long outer, long long K, long long N, TAcc init) {
+  __shared__ TAcc part[kColRows][33];
   const long long total = outer * N;
-  for (long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x; t < total; t += (long long)gridDim.x * blockDim.x) {
-    const long long o = t / N, j = t - o * N;
-    const TI* p = x + o * K * N + j;
+  for (long long base = (long long)blockIdx.x * 32; base < total; base += (long long)gridDim.x * 32) {
+    const long long t = base + threadIdx.x;
     TAcc acc = init;
-    for (long long k = 0; k < K; ++k) acc = Op()(acc, load_acc<Op, TAcc>(p[k * N]));
-    out[t] = cast<TO>(acc);
+    if (t < total) {
+      const long long o = t / N, j = t - o * N;
+      const TI* p = x + o * K * N + j;
+      for (long long k = threadIdx.y; k < K; k += kColRows) acc = Op()(acc, load_acc<Op, TAcc>(p[k * N]));
+    }
+    part[threadIdx.y][threadIdx.x] = acc;
+    __syncthreads();
+    if (threadIdx.y == 0 && t < total) {
+      TAcc r = part[0][threadIdx.x];
+#pragma unroll
+      for (int y = 1; y < kColRows; ++y) r = Op()(r, part[y][threadIdx.x]);
+      out[t] = cast<TO>(r);
+    }
+    __syncthreads();
   }
 }
 
