@@ -10,6 +10,7 @@ import numpy as np
 
 import pygpukit as gp
 from pygpukit import _runtime
+from pygpukit.benchmark.harness import host_time_us
 
 rt = _runtime.get()
 a = gp.from_numpy(np.ones(1024, np.float32))
@@ -36,20 +37,9 @@ cases = {
 }
 
 
-def burst_us(f, burst=50, reps=200):
-    """Host time per call in bursts short enough that the GPU queue never fills
-    (a full queue makes a launch wait for the GPU, which is not host overhead)."""
-    import time
-
-    best = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        for _ in range(burst):
-            f()
-        best.append((time.perf_counter() - t0) / burst * 1e6)
-        gp.synchronize()
-    best.sort()
-    return best[len(best) // 2]
+def burst_us(f):
+    """Host time per call in bursts of 50 with a sync between them (the harness's method)."""
+    return host_time_us(f, gp.synchronize, 50, 200)
 
 
 for name, f in cases.items():

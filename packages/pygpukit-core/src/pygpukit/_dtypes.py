@@ -154,6 +154,16 @@ def _promote_weak(dt: np.dtype, scalar: bool | int | float) -> np.dtype:
     return dt if is_float(dt) else float64
 
 
+def accumulator(out_dt: np.dtype) -> np.dtype:
+    """What kernels accumulate sums and products in for a result dtype: float64 for
+    float64, float32 for the other floats, 64-bit integers for integers and bool."""
+    if out_dt == float64:
+        return out_dt
+    if is_float(out_dt):
+        return float32
+    return uint64 if out_dt.kind == "u" else int64
+
+
 def sum_dtype(dt: np.dtype) -> np.dtype:
     """NumPy's default accumulator/result dtype of ``sum`` for an input dtype."""
     if dt == bool_ or dt.kind == "i":

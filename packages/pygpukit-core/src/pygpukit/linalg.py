@@ -16,14 +16,6 @@ from . import _dtypes, _runtime
 from .array import GPUArray, broadcast_to
 
 
-def _acc_dtype(out: np.dtype) -> np.dtype:
-    if out == _dtypes.float64:
-        return out
-    if _dtypes.is_float(out):
-        return _dtypes.float32
-    return _dtypes.uint64 if out.kind == "u" else _dtypes.int64
-
-
 def matmul(a: GPUArray, b: GPUArray) -> GPUArray:
     """Matrix product with NumPy's rules: 1-D operands are promoted and the added
     axis removed, leading axes broadcast as a batch; no 0-d operands."""
@@ -46,7 +38,7 @@ def matmul(a: GPUArray, b: GPUArray) -> GPUArray:
     A = A if A.is_contiguous else A.copy()
     B = B if B.is_contiguous else B.copy()
     nb = math.prod(batch)
-    out = _runtime.get().ops.matmul(A, B, out_dt, _acc_dtype(out_dt), nb, m, n, k).reshape((*batch, m, n))
+    out = _runtime.get().ops.matmul(A, B, out_dt, _dtypes.accumulator(out_dt), nb, m, n, k).reshape((*batch, m, n))
     if a.ndim == 1:
         out = out.squeeze(-2)
     if b.ndim == 1:

@@ -47,15 +47,7 @@ def _plan(op: str, dt: np.dtype, dtype: Any) -> tuple[np.dtype, np.dtype, Any]:
     """(result dtype, accumulator dtype, identity) of reduction ``op`` over ``dt``."""
     if op in ("sum", "prod"):
         out = _dtypes.sum_dtype(dt) if dtype is None else _dtypes.as_dtype(dtype)
-        if out == _dtypes.float64:
-            acc = out
-        elif _dtypes.is_float(out):
-            acc = _dtypes.float32
-        elif out == _dtypes.bool_:
-            acc = _dtypes.int64
-        else:
-            acc = _dtypes.uint64 if out.kind == "u" else _dtypes.int64
-        return out, acc, 0 if op == "sum" else 1
+        return out, _dtypes.accumulator(out), 0 if op == "sum" else 1
     if op in ("all", "any"):
         return _dtypes.bool_, _dtypes.int32, 1 if op == "all" else 0
     # max / min: the input dtype, compared in its compute dtype

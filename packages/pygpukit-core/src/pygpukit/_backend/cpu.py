@@ -11,8 +11,6 @@ from typing import Any
 
 import numpy as np
 
-from .. import _dtypes
-
 _UFUNCS = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.true_divide}
 
 
@@ -30,13 +28,6 @@ def view(arr: Any) -> np.ndarray:
             hi += ext
     buf = (ctypes.c_char * (hi - lo + arr.itemsize)).from_address(arr.data_ptr + lo)
     return np.ndarray(arr.shape, dtype=arr.dtype, buffer=buf, offset=-lo, strides=arr.strides)
-
-
-def _accumulator(out_dt: np.dtype) -> np.dtype:
-    # Matches the CUDA reduction: small floats accumulate in float32.
-    if _dtypes.is_float(out_dt) and out_dt.itemsize < 4:
-        return _dtypes.float32
-    return out_dt
 
 
 class CpuOps:

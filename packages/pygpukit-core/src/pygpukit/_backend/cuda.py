@@ -67,15 +67,6 @@ def arange_terms(dt: np.dtype, start: float | int, step: float | int) -> tuple[n
     return first[()], delta[()], second[()]  # type: ignore[return-value]
 
 
-def accumulator(out_dt: np.dtype) -> np.dtype:
-    """The accumulator dtype of sum for a result dtype."""
-    if out_dt == _dtypes.float64:
-        return out_dt
-    if _dtypes.is_float(out_dt):
-        return _dtypes.float32
-    return _dtypes.uint64 if out_dt.kind == "u" else _dtypes.int64
-
-
 def vec_width(*arrays: Any) -> int:
     """Elements per vector access: 16 bytes of the widest operand, if every pointer allows it."""
     width = 16 // max(a._dtype.itemsize for a in arrays)
@@ -382,9 +373,7 @@ def instantiations() -> dict[str, list[str]]:
         GATHER.format(t=_C[dt], i=_C[it], along=al) for dt in dts for it in (_dtypes.int32, _dtypes.int64) for al in ("true", "false")
     ]
     indexing += [GATHER.format(t=_C[_dtypes.float32], i=_C[it], along="false") for it in dts if it.kind in "iu"]
-    from ..linalg import _acc_dtype
-
-    linalg = [MATMUL.format(a=_C[dt], b=_C[dt], o=_C[dt], acc=_C[_acc_dtype(dt)]) for dt in dts]
+    linalg = [MATMUL.format(a=_C[dt], b=_C[dt], o=_C[dt], acc=_C[_dtypes.accumulator(dt)]) for dt in dts]
     linalg += [
         MATMUL.format(a=_C[x], b=_C[y], o=_C[_dtypes.float32], acc="float")
         for x, y in ((_dtypes.float16, _dtypes.float32), (_dtypes.bfloat16, _dtypes.float16))
