@@ -45,3 +45,9 @@ def test_sum_dtype():
     assert _dtypes.sum_dtype(gp.bool_) == np.int64
     assert _dtypes.sum_dtype(gp.uint8) == np.uint64
     assert _dtypes.sum_dtype(gp.bfloat16) == gp.bfloat16
+
+
+def test_scalar_types_are_dtypes_not_arrays():
+    # np.float32 (a class) has a `dtype` attribute too: it must be read as a dtype
+    assert gp.result_type(np.bool_, np.float32) == np.float32
+    assert gp.result_type(np.int8, np.uint8) == np.int16

@@ -125,7 +125,7 @@ def result_type(*operands: Any) -> np.dtype:
     for op in operands:
         if isinstance(op, (bool, int, float)) and not isinstance(op, np.generic):
             scalars.append(op)
-        elif hasattr(op, "dtype"):
+        elif hasattr(op, "dtype") and not isinstance(op, type):  # arrays; not scalar types like np.float32
             dtypes.append(as_dtype(op.dtype))
         else:
             dtypes.append(as_dtype(op))
