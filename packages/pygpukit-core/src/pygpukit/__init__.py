@@ -49,7 +49,7 @@ from .info import Info, info
 from .interop import from_dlpack
 from .jit import JitKernel, jit
 from .linalg import dot, matmul, outer, vdot
-from .reductions import all, any, argmax, argmin, max, mean, min, prod, sum, var
+from .reductions import all, any, argmax, argmin, cumprod, cumsum, max, mean, min, prod, sum, var
 from .selection import take, take_along_axis
 from .shape import (
     ascontiguousarray,
@@ -110,6 +110,8 @@ __all__ = [
     "bool_",
     "broadcast_to",
     "concatenate",
+    "cumprod",
+    "cumsum",
     "current_stream",
     "dot",
     "empty",

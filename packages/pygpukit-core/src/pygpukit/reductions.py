@@ -162,6 +162,36 @@ def var(x: GPUArray, axis: Any = None, dtype: Any = None, ddof: int = 0, keepdim
     return (ss / float(denom) if denom > 0 else ss * math.nan).astype(out_dt, copy=False)
 
 
+def _scan(op: str, x: Any, axis: int | None, dtype: Any) -> GPUArray:
+    if not isinstance(x, GPUArray):
+        raise TypeError(f"{op}() expects a GPUArray, got {type(x).__name__}")
+    if axis is None:
+        x, axis = x.reshape(-1), 0
+    ax = _normalize_axis(axis, x.ndim)
+    out_dt = _dtypes.sum_dtype(x.dtype) if dtype is None else _dtypes.as_dtype(dtype)
+    kept = [i for i in range(x.ndim) if i != ax]
+    src = x.transpose([*kept, ax])
+    src = src if src.is_contiguous else src.copy()
+    moved_shape = src.shape
+    m = math.prod(moved_shape[:-1])
+    out = _runtime.get().ops.scan(op, src, (m, x.shape[ax]), out_dt, _dtypes.accumulator(out_dt)).reshape(moved_shape)
+    inverse = [0] * x.ndim
+    for pos, axis_i in enumerate([*kept, ax]):
+        inverse[axis_i] = pos
+    return out.transpose(inverse).copy() if ax != x.ndim - 1 else out
+
+
+def cumsum(x: GPUArray, axis: int | None = None, dtype: Any = None) -> GPUArray:
+    """Inclusive cumulative sum along ``axis`` (of the flattened array when None);
+    NumPy's dtype (int64 for integers), floats accumulated in float32 or float64."""
+    return _scan("cumsum", x, axis, dtype)
+
+
+def cumprod(x: GPUArray, axis: int | None = None, dtype: Any = None) -> GPUArray:
+    """Inclusive cumulative product along ``axis`` (of the flattened array when None)."""
+    return _scan("cumprod", x, axis, dtype)
+
+
 def _arg(is_max: bool, x: Any, axis: Any, keepdims: bool) -> GPUArray:
     name = "argmax" if is_max else "argmin"
     if not isinstance(x, GPUArray):

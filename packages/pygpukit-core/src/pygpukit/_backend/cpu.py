@@ -112,6 +112,15 @@ class CpuOps:
             view(out)[...] = np.matmul(x, y).reshape(-1).astype(out_dt)
         return out
 
+    def scan(self, op: str, src: Any, dims: tuple[int, int], out_dt: np.dtype, acc_dt: np.dtype) -> Any:
+        from ..array import GPUArray
+
+        x = view(src).reshape(dims).astype(acc_dt)
+        out = GPUArray._empty((dims[0] * dims[1],), out_dt)
+        with np.errstate(all="ignore"):
+            view(out)[...] = getattr(np, op)(x, axis=1).reshape(-1).astype(out_dt)
+        return out
+
     def gather(self, src: Any, idx: Any, out_shape: tuple[int, ...], axis_len: int, n_idx: int, inner: int, along: bool) -> Any:
         from ..array import GPUArray
 

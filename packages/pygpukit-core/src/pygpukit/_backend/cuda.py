@@ -40,6 +40,8 @@ REDUCE_COLS = "pgk::reduce_cols<{op}, {a}, {acc}, {o}>"
 ARG_ROWS = "pgk::arg_reduce_rows<{max}, {a}, {c}>"
 GATHER = "pgk::gather<{t}, {i}, {along}>"
 MATMUL = "pgk::matmul_tiled<{a}, {b}, {o}, {acc}>"
+SCAN_ROWS = "pgk::scan_rows<{op}, {a}, {acc}, {o}>"
+_SCAN_OPS = {"cumsum": "pgk::ScanSum", "cumprod": "pgk::ScanProd"}
 _REDUCE_OPS = {"sum": "pgk::Sum", "prod": "pgk::Prod", "max": "pgk::Max", "min": "pgk::Min", "all": "pgk::All", "any": "pgk::Any"}
 
 _PACK_BINARY = struct.Struct("@PPPq")
@@ -308,6 +310,17 @@ class CudaOps:
         self.launch(self._fn("linalg", expr), -(-n // 16), -(-m // 16), batch, 16, 16, 1, 0, stream, args)
         return out
 
+    def scan(self, op: str, src: Any, dims: tuple[int, int], out_dt: np.dtype, acc_dt: np.dtype) -> Any:
+        """Inclusive cumsum/cumprod of each contiguous row of ``src`` viewed as (M, K)."""
+        stream = current_stream_handle()
+        m, k = dims
+        out = GPUArray._empty((m * k,), out_dt, stream)
+        if out.size:
+            expr = SCAN_ROWS.format(op=_SCAN_OPS[op], a=_C[src.dtype], acc=_C[acc_dt], o=_C[out_dt])
+            args = struct.pack("@PPqq", src.data_ptr, out.data_ptr, m, k) + _pack_value(acc_dt, 0 if op == "cumsum" else 1)
+            self.launch(self._fn("scan", expr), min(m, 65535 * 16), 1, 1, 256, 1, 1, 0, stream, args)
+        return out
+
     def gather(self, src: Any, idx: Any, out_shape: tuple[int, ...], axis_len: int, n_idx: int, inner: int, along: bool) -> Any:
         """out[o, j, i] = src[o, idx[j], i] (``along``: idx[o, j, i]); src and idx contiguous."""
         stream = current_stream_handle()
@@ -378,7 +391,13 @@ def instantiations() -> dict[str, list[str]]:
         MATMUL.format(a=_C[x], b=_C[y], o=_C[_dtypes.float32], acc="float")
         for x, y in ((_dtypes.float16, _dtypes.float32), (_dtypes.bfloat16, _dtypes.float16))
     ]
+    scan = [
+        SCAN_ROWS.format(op=fop, a=_C[dt], acc=_C[_dtypes.accumulator(_dtypes.sum_dtype(dt))], o=_C[_dtypes.sum_dtype(dt)])
+        for dt in dts
+        for fop in _SCAN_OPS.values()
+    ]
     return {
+        "scan": sorted(set(scan)),
         "elementwise": sorted(set(elementwise)),
         "reduce": sorted(set(reduce)),
         "indexing": sorted(set(indexing)),
