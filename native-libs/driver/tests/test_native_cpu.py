@@ -14,6 +14,7 @@ import sys
 import threading
 
 import pytest
+from native_testing import nvrtc_candidates
 
 from pygpukit import _errors, _native
 
@@ -34,26 +35,10 @@ def _libcuda_loadable() -> bool:
     return True
 
 
-def _nvrtc_candidates() -> list[str]:
-    cands: list[str] = []
-    try:
-        import nvidia  # namespace package of the nvidia-* wheels
-
-        roots = list(nvidia.__path__)
-    except ImportError:
-        roots = []
-    for root in roots:
-        for rel in ("cu13/lib/libnvrtc.so.13", "cuda_nvrtc/lib/libnvrtc.so.12"):
-            path = os.path.join(root, rel)
-            if os.path.exists(path):
-                cands.append(path)
-    return cands + ["libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"]
-
-
 @pytest.fixture(scope="module")
 def nvrtc() -> str:
     try:
-        return _native.nvrtc_load(_nvrtc_candidates())
+        return _native.nvrtc_load(nvrtc_candidates())
     except _errors.NVRTCError as exc:
         pytest.skip(f"no NVRTC available: {exc}")
 
@@ -154,7 +139,7 @@ def test_nvrtc_load_failure_lists_candidates() -> None:
 def test_nvrtc_load_returns_real_path(nvrtc: str) -> None:
     assert os.path.isabs(nvrtc) and os.path.exists(nvrtc)
     assert "nvrtc" in os.path.basename(nvrtc)
-    assert _native.nvrtc_load(_nvrtc_candidates()) == nvrtc  # idempotent
+    assert _native.nvrtc_load(nvrtc_candidates()) == nvrtc  # idempotent
 
 
 def test_nvrtc_version_and_archs(nvrtc: str) -> None:

@@ -13,26 +13,9 @@ import sys
 import threading
 
 import pytest
+from native_testing import nvrtc_candidates
 
 from pygpukit import _errors, _native
-
-
-def _nvrtc_candidates() -> list[str]:
-    """NVRTC from the nvidia-cuda-nvrtc wheel first, then the system sonames."""
-    cands: list[str] = []
-    try:
-        import nvidia  # namespace package of the nvidia-* wheels
-
-        roots = list(nvidia.__path__)
-    except ImportError:
-        roots = []
-    for root in roots:
-        for rel in ("cu13/lib/libnvrtc.so.13", "cuda_nvrtc/lib/libnvrtc.so.12"):
-            path = os.path.join(root, rel)
-            if os.path.exists(path):
-                cands.append(path)
-    return cands + ["libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"]
-
 
 KERNELS = r"""
 extern "C" __global__ void axpy(float a, const float* x, float* y, unsigned long long n) {
@@ -109,7 +92,7 @@ def table(dev: dict) -> _Table:
 @pytest.fixture(scope="module")
 def kernels(dev: dict) -> dict:
     try:
-        _native.nvrtc_load(_nvrtc_candidates())
+        _native.nvrtc_load(nvrtc_candidates())
     except _errors.NVRTCError as exc:
         pytest.skip(f"no NVRTC: {exc}")
     sm = dev["major"] * 10 + dev["minor"]
@@ -324,8 +307,8 @@ def test_sync_debug_names_failing_launch(kernels: dict) -> None:
     code = (
         "import struct\n"
         "from pygpukit import _native, _errors\n"
-        "from test_native_gpu import KERNELS, _nvrtc_candidates\n"
-        "_native.init(); _native.set_device(0); _native.nvrtc_load(_nvrtc_candidates())\n"
+        "from test_native_gpu import KERNELS\nfrom native_testing import nvrtc_candidates\n"
+        "_native.init(); _native.set_device(0); _native.nvrtc_load(nvrtc_candidates())\n"
         "p = _native.device_properties(0); sm = p['major'] * 10 + p['minor']\n"
         "img, _, _ = _native.nvrtc_compile(KERNELS, 'k.cu', [f'--gpu-architecture=compute_{min(sm, 80)}'], [], 'ptx')\n"
         "f = _native.module_get_function(_native.module_load(img), 'crash')\n"
