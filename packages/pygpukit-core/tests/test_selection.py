@@ -34,8 +34,9 @@ def test_integer_array_indexing(rng):
         gp.take(a, [-7], axis=0)
     with pytest.raises(IndexError, match="integer type"):
         gp.take(a, np.array([0.5]), axis=0)
-    with pytest.raises(IndexError, match="boolean mask"):
-        a[x > 0]
+    np.testing.assert_array_equal(a[x > 0].to_numpy(), x[x > 0])  # a boolean mask
+    with pytest.raises(IndexError, match="did not match"):
+        a[x[0] > 0]
     with pytest.raises(IndexError, match="one integer array"):
         a[[0, 1], [0, 1]]
 
@@ -51,3 +52,23 @@ def test_take_along_axis(rng, axis):
     np.testing.assert_array_equal(got, np.take_along_axis(x, am, axis))
     with pytest.raises(ValueError, match="same number of dimensions"):
         gp.take_along_axis(a, gp.from_numpy(order[0]), axis)
+
+
+@pytest.mark.parametrize("dtype", [gp.bool_, gp.float32, gp.int8, gp.bfloat16], ids=str)
+def test_nonzero_and_count_nonzero(rng, dtype):
+    x = random_array(rng, (9, 1000), dtype)
+    if np.dtype(dtype) != np.bool_:
+        x = np.where(rng.random((9, 1000)) < 0.7, np.zeros_like(x), x)
+    a = gp.from_numpy(x)
+    got = gp.nonzero(a)
+    want = np.nonzero(x)
+    assert len(got) == 2
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g.to_numpy(), w)
+    assert gp.count_nonzero(a).item() == np.count_nonzero(x)
+    np.testing.assert_array_equal(gp.count_nonzero(a, axis=1).to_numpy(), np.count_nonzero(x, axis=1))
+    np.testing.assert_array_equal(a[gp.from_numpy(x != 0)].to_numpy(), x[x != 0])
+    (none,) = gp.nonzero(gp.zeros(5))
+    assert none.shape == (0,)
+    with pytest.raises(ValueError, match="0d arrays"):
+        gp.nonzero(gp.zeros(()))

@@ -50,7 +50,7 @@ from .interop import from_dlpack
 from .jit import JitKernel, jit
 from .linalg import dot, matmul, outer, vdot
 from .reductions import all, any, argmax, argmin, cumprod, cumsum, max, mean, min, prod, sum, var
-from .selection import take, take_along_axis
+from .selection import count_nonzero, nonzero, take, take_along_axis
 from .shape import (
     ascontiguousarray,
     broadcast_to,
@@ -110,6 +110,7 @@ __all__ = [
     "bool_",
     "broadcast_to",
     "concatenate",
+    "count_nonzero",
     "cumprod",
     "cumsum",
     "current_stream",
@@ -141,6 +142,7 @@ __all__ = [
     "mean",
     "memory",
     "min",
+    "nonzero",
     "ones",
     "ones_like",
     "outer",

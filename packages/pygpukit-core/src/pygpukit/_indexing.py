@@ -24,6 +24,18 @@ def is_advanced(key: Any) -> bool:
     return False
 
 
+def boolean_mask(key: Any) -> Any:
+    """The mask of ``a[mask]`` when the key is one boolean array, else None."""
+    if isinstance(key, tuple):
+        if len(key) != 1:
+            return None
+        key = key[0]
+    dt = getattr(key, "dtype", None)
+    if dt is None and isinstance(key, list):
+        dt = np.asarray(key).dtype
+    return key if dt is not None and np.dtype(dt).kind == "b" and not isinstance(key, (bool, np.bool_)) else None
+
+
 def single_integer_array(key: Any, ndim: int) -> tuple[int, Any]:
     """(axis, index array) for ``a[idx]`` or ``a[:, ..., idx]``: one integer array,
     every other entry a full slice or an Ellipsis. Other advanced forms raise IndexError."""
@@ -32,7 +44,7 @@ def single_integer_array(key: Any, ndim: int) -> tuple[int, Any]:
     if len(arrays) != 1 or isinstance(items[arrays[0]], (bool, np.bool_)):
         raise IndexError(
             "supported advanced indexing: one integer array on one axis, other entries ':' or '...' "
-            "(boolean masks and mixed advanced/basic indexing are not supported yet)"
+            "(or one boolean mask of the array's shape; mixed advanced/basic indexing is not supported yet)"
         )
     pos = arrays[0]
     if any(k is Ellipsis for k in items[:pos]):
@@ -42,7 +54,7 @@ def single_integer_array(key: Any, ndim: int) -> tuple[int, Any]:
     idx = items[pos]
     kind = getattr(getattr(idx, "dtype", None), "kind", None) or np.asarray(idx).dtype.kind
     if kind == "b":
-        raise IndexError("boolean mask indexing is not supported yet")
+        raise IndexError("a boolean mask must be the only index and have the array's shape")
     return axis, idx
 
 

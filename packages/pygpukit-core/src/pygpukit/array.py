@@ -349,9 +349,14 @@ class GPUArray:
     def __getitem__(self, key: Any) -> GPUArray:
         """Basic indexing (ints, slices with steps, None, ...) returns a view, as in NumPy."""
         if _indexing.is_advanced(key):
-            axis, idx = _indexing.single_integer_array(key, self.ndim)
-            from .selection import take
+            from .selection import masked, take
 
+            mask = _indexing.boolean_mask(key)
+            if mask is not None:
+                from .creation import asarray
+
+                return masked(self, mask if isinstance(mask, GPUArray) else asarray(np.asarray(mask)))
+            axis, idx = _indexing.single_integer_array(key, self.ndim)
             return take(self, idx, axis)
         shape, strides, offset = _indexing.basic_index(self._shape, self.strides, key)
         return self._view(shape, strides, offset)

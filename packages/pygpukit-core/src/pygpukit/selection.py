@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _runtime
+from . import _dtypes, _runtime
 from .array import GPUArray, _normalize_axis, broadcast_to
 
 
@@ -30,6 +30,37 @@ def _check_bounds(idx: GPUArray, n: int, axis: int) -> None:
     bad = lo if lo < -n else (hi if hi >= n else None)
     if bad is not None:
         raise IndexError(f"index {bad} is out of bounds for axis {axis} with size {n}")
+
+
+def nonzero(a: GPUArray) -> tuple[GPUArray, ...]:
+    """Indices of the non-zero (true) elements, one int64 array per dimension, in C
+    order. The number of results is read back to the host (one synchronization)."""
+    if not isinstance(a, GPUArray):
+        raise TypeError(f"nonzero expects a GPUArray, got {type(a).__name__}")
+    if a.ndim == 0:
+        raise ValueError("Calling nonzero on 0d arrays is not allowed. Use np.atleast_1d(scalar).nonzero() instead.")
+    from .reductions import cumsum
+
+    mask = a.astype(_dtypes.bool_, copy=False).reshape(-1)
+    csum = cumsum(mask)
+    count = int(csum[-1].item()) if csum.size else 0
+    idx = _runtime.get().ops.nonzero(csum, a.shape, count)
+    return tuple(idx[d] for d in range(a.ndim))
+
+
+def count_nonzero(a: GPUArray, axis: Any = None, keepdims: bool = False) -> GPUArray:
+    """Number of non-zero (true) elements, as int64."""
+    from .reductions import sum as _sum
+
+    return _sum(a.astype(_dtypes.bool_, copy=False), axis=axis, dtype=_dtypes.int64, keepdims=keepdims)
+
+
+def masked(a: GPUArray, mask: GPUArray) -> GPUArray:
+    """``a[mask]`` for a boolean mask of a's shape: the selected elements, 1-D, C order."""
+    if mask.shape != a.shape:
+        raise IndexError(f"boolean index did not match indexed array: array shape {a.shape}, mask shape {mask.shape}")
+    (flat,) = nonzero(mask.reshape(-1))
+    return take(a.reshape(-1), flat)
 
 
 def take(a: GPUArray, indices: Any, axis: int | None = None) -> GPUArray:

@@ -134,6 +134,17 @@ class CpuOps:
         view(out)[...] = r.reshape(out_shape)
         return out
 
+    def nonzero(self, csum: Any, shape: tuple[int, ...], count: int) -> Any:
+        from ..array import GPUArray
+
+        c = view(csum)
+        prev = np.concatenate([[0], c[:-1]]) if c.size else c
+        flat = np.flatnonzero(c != prev)
+        out = GPUArray._empty((len(shape), count), np.dtype(np.int64))
+        if count:
+            view(out)[...] = np.stack(np.unravel_index(flat, shape))
+        return out
+
     def arg_reduce(self, is_max: bool, src: Any, dims: tuple[int, int]) -> Any:
         from ..array import GPUArray
 

@@ -332,6 +332,18 @@ class CudaOps:
             self.launch(self._fn("indexing", expr), self._strided_grid(n), 1, 1, THREADS, 1, 1, 0, stream, args)
         return out
 
+    def nonzero(self, csum: Any, shape: tuple[int, ...], count: int) -> Any:
+        """(ndim, count) int64 indices of the true elements, from the inclusive cumulative
+        count ``csum`` of a C-order mask of ``shape``."""
+        stream = current_stream_handle()
+        out = GPUArray._empty((len(shape), count), _dtypes.int64, stream)
+        n = csum.size
+        if n and count:
+            dims = [*shape, *([1] * (8 - len(shape)))]
+            args = struct.pack("@PPqq9q", csum.data_ptr, out.data_ptr, n, count, len(shape), *dims)
+            self.launch(self._fn("indexing", "pgk::compact_nonzero"), self._strided_grid(n), 1, 1, THREADS, 1, 1, 0, stream, args)
+        return out
+
     def arg_reduce(self, is_max: bool, src: Any, dims: tuple[int, int]) -> Any:
         """Index of the first max (min) of each contiguous row of ``src`` viewed as (M, K)."""
         stream = current_stream_handle()
@@ -386,6 +398,7 @@ def instantiations() -> dict[str, list[str]]:
         GATHER.format(t=_C[dt], i=_C[it], along=al) for dt in dts for it in (_dtypes.int32, _dtypes.int64) for al in ("true", "false")
     ]
     indexing += [GATHER.format(t=_C[_dtypes.float32], i=_C[it], along="false") for it in dts if it.kind in "iu"]
+    indexing.append("pgk::compact_nonzero")
     linalg = [MATMUL.format(a=_C[dt], b=_C[dt], o=_C[dt], acc=_C[_dtypes.accumulator(dt)]) for dt in dts]
     linalg += [
         MATMUL.format(a=_C[x], b=_C[y], o=_C[_dtypes.float32], acc="float")

@@ -26,3 +26,28 @@ gather(const T* __restrict__ a, const TIdx* __restrict__ idx, T* __restrict__ ou
 }
 
 }  // namespace pgk
+
+namespace pgk {
+
+// nonzero: for every i with csum[i] != csum[i-1] (csum is the inclusive
+// cumulative count of true elements of a flattened C-order mask), write the
+// multi-index of i into column csum[i]-1 of out (ndim rows of `count`).
+struct Shape8 {
+  long long ndim;
+  long long dims[8];
+};
+
+__global__ void __launch_bounds__(256)
+compact_nonzero(const long long* __restrict__ csum, long long* __restrict__ out, long long n, long long count, Shape8 shape) {
+  for (long long i = (long long)blockIdx.x * 256 + threadIdx.x; i < n; i += (long long)gridDim.x * 256) {
+    const long long c = csum[i];
+    if (c == (i ? csum[i - 1] : 0)) continue;
+    long long rem = i;
+    for (int d = (int)shape.ndim - 1; d >= 0; --d) {
+      out[d * count + c - 1] = rem % shape.dims[d];
+      rem /= shape.dims[d];
+    }
+  }
+}
+
+}  // namespace pgk
