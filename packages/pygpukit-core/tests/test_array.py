@@ -93,6 +93,14 @@ def test_from_numpy_rejects_non_contiguous_and_objects():
         gp.asarray([object()])
 
 
+@pytest.mark.parametrize("obj", [np.float32(3.5), np.array(-2, np.int16), 7, 2.5, True], ids=repr)
+def test_asarray_keeps_zero_d(obj):
+    a = gp.asarray(obj)
+    expect = np.asarray(obj)
+    assert a.shape == () and a.dtype == expect.dtype
+    same(a.to_numpy(), expect)
+
+
 def test_asarray_copy_semantics(rng):
     a = gp.from_numpy(random_array(rng, (4,), np.float32))
     assert gp.asarray(a) is a
@@ -222,7 +230,9 @@ def test_broadcast_mismatch_and_unsupported_operands():
     with pytest.raises(TypeError):
         gp.zeros((3,)) + "text"
     with pytest.raises(TypeError):
-        gp.zeros((3,)) + [1, 2, 3]
+        gp.zeros((3,)) + None
+    # a list is an array operand, as in NumPy
+    np.testing.assert_array_equal((gp.zeros((3,)) + [1, 2, 3]).to_numpy(), [1.0, 2.0, 3.0])
 
 
 def test_empty_results():

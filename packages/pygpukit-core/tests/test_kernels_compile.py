@@ -13,6 +13,11 @@ from pygpukit.jit import compiler
 def test_builtin_kernels_compile(need_nvrtc, tmp_path, monkeypatch, name, sm):
     monkeypatch.setenv("PYGPUKIT_CACHE_DIR", str(tmp_path))
     exprs = instantiations()[name]
+    if name == "elementwise" and sm == 80:
+        # ~2000 instantiations take ~12 min per architecture on two cores, and
+        # the functors have no architecture-specific code: sm_90 compiles them
+        # all, sm_80 an evenly spread eighth.
+        exprs = exprs[::8]
     binary = compiler.compile_source(kernels.source(name), exprs, sm, program_name=f"{name}.cu")
     assert binary.kind == "cubin" and binary.image[:4] == b"\x7fELF"
     assert set(binary.lowered) == set(exprs)

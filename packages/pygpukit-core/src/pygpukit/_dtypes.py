@@ -176,3 +176,20 @@ def sum_dtype(dt: np.dtype) -> np.dtype:
 def scalar_bytes(value: Any, dt: np.dtype) -> bytes:
     """``value`` converted to ``dt`` (NumPy casting) as raw bytes, for a kernel parameter."""
     return np.asarray(value).astype(dt).tobytes()
+
+
+def finfo(dtype: Any) -> Any:
+    """Machine limits of a floating-point dtype (``bits``, ``eps``, ``max``, ``min``,
+    ``smallest_normal``...), as ``numpy.finfo``; ml_dtypes' for bfloat16 and float8."""
+    dt = as_dtype(getattr(dtype, "dtype", dtype))
+    if not is_float(dt):
+        raise ValueError(f"finfo: {dt} is not a floating-point dtype")
+    return ml_dtypes.finfo(dt) if dt in _ML_FLOATS else np.finfo(dt)
+
+
+def iinfo(dtype: Any) -> np.iinfo:
+    """Machine limits of an integer dtype (``bits``, ``min``, ``max``), as ``numpy.iinfo``."""
+    dt = as_dtype(getattr(dtype, "dtype", dtype))
+    if dt.kind not in "iu":
+        raise ValueError(f"iinfo: {dt} is not an integer dtype")
+    return np.iinfo(dt)

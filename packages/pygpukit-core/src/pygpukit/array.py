@@ -12,16 +12,12 @@ from __future__ import annotations
 import math
 import operator
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from . import _dtypes, _indexing, _runtime
-from .streams import _local as _stream_local
 from .streams import current_stream_handle
-
-ADD, SUB, MUL, DIV = "add", "sub", "mul", "div"
-_SCALAR_TYPES = (bool, int, float)
 
 
 class Device:
@@ -72,30 +68,6 @@ def normalize_shape(shape: Any) -> tuple[int, ...]:
     if any(d < 0 for d in dims):
         raise ValueError(f"negative dimensions are not allowed, got shape {dims}")
     return dims
-
-
-def _operator(op: str, reflected: bool) -> Any:
-    """The method behind ``a <op> b`` (or ``b <op> a``). Array-with-array calls the
-    backend directly: one Python frame less on the hottest path."""
-    if reflected:
-
-        def rmethod(self: GPUArray, other: Any) -> GPUArray:
-            if type(other) in _SCALAR_TYPES:
-                return binary_scalar(op, self, other, True)
-            return _binary(op, self, other, True)
-
-        return rmethod
-
-    def method(self: GPUArray, other: Any) -> GPUArray:
-        if type(other) is GPUArray:
-            rt = _runtime._runtime or _runtime.get()
-            stack = _stream_local.stack
-            return rt.ops.binary(op, self, other, stack[-1].handle if stack else rt.stream)
-        if type(other) in _SCALAR_TYPES:
-            return binary_scalar(op, self, other, False)
-        return _binary(op, self, other, False)
-
-    return method
 
 
 class GPUArray:
@@ -246,16 +218,60 @@ class GPUArray:
         _runtime.get().ops.cast(self, out)
         return out
 
-    # -- arithmetic ---------------------------------------------------------
-    # + - * / and their reflected forms
-    __add__ = _operator(ADD, False)
-    __radd__ = _operator(ADD, True)
-    __sub__ = _operator(SUB, False)
-    __rsub__ = _operator(SUB, True)
-    __mul__ = _operator(MUL, False)
-    __rmul__ = _operator(MUL, True)
-    __truediv__ = _operator(DIV, False)
-    __rtruediv__ = _operator(DIV, True)
+    # -- arithmetic -------------------------------------------------------
+    # + - * / // % ** & | ^ << >> == != < <= > >=, their reflected and in-place
+    # forms and - + abs ~ are the functions of pygpukit.ufuncs, which installs
+    # them here (ufuncs imports this module).
+    if TYPE_CHECKING:
+
+        def __add__(self, other: Any) -> GPUArray: ...
+        def __radd__(self, other: Any) -> GPUArray: ...
+        def __iadd__(self, other: Any) -> GPUArray: ...
+        def __sub__(self, other: Any) -> GPUArray: ...
+        def __rsub__(self, other: Any) -> GPUArray: ...
+        def __isub__(self, other: Any) -> GPUArray: ...
+        def __mul__(self, other: Any) -> GPUArray: ...
+        def __rmul__(self, other: Any) -> GPUArray: ...
+        def __imul__(self, other: Any) -> GPUArray: ...
+        def __truediv__(self, other: Any) -> GPUArray: ...
+        def __rtruediv__(self, other: Any) -> GPUArray: ...
+        def __itruediv__(self, other: Any) -> GPUArray: ...
+        def __floordiv__(self, other: Any) -> GPUArray: ...
+        def __rfloordiv__(self, other: Any) -> GPUArray: ...
+        def __ifloordiv__(self, other: Any) -> GPUArray: ...
+        def __mod__(self, other: Any) -> GPUArray: ...
+        def __rmod__(self, other: Any) -> GPUArray: ...
+        def __imod__(self, other: Any) -> GPUArray: ...
+        def __pow__(self, other: Any) -> GPUArray: ...
+        def __rpow__(self, other: Any) -> GPUArray: ...
+        def __ipow__(self, other: Any) -> GPUArray: ...
+        def __and__(self, other: Any) -> GPUArray: ...
+        def __rand__(self, other: Any) -> GPUArray: ...
+        def __iand__(self, other: Any) -> GPUArray: ...
+        def __or__(self, other: Any) -> GPUArray: ...
+        def __ror__(self, other: Any) -> GPUArray: ...
+        def __ior__(self, other: Any) -> GPUArray: ...
+        def __xor__(self, other: Any) -> GPUArray: ...
+        def __rxor__(self, other: Any) -> GPUArray: ...
+        def __ixor__(self, other: Any) -> GPUArray: ...
+        def __lshift__(self, other: Any) -> GPUArray: ...
+        def __rlshift__(self, other: Any) -> GPUArray: ...
+        def __ilshift__(self, other: Any) -> GPUArray: ...
+        def __rshift__(self, other: Any) -> GPUArray: ...
+        def __rrshift__(self, other: Any) -> GPUArray: ...
+        def __irshift__(self, other: Any) -> GPUArray: ...
+        def __eq__(self, other: Any) -> GPUArray: ...  # type: ignore[override]
+        def __ne__(self, other: Any) -> GPUArray: ...  # type: ignore[override]
+        def __lt__(self, other: Any) -> GPUArray: ...
+        def __le__(self, other: Any) -> GPUArray: ...
+        def __gt__(self, other: Any) -> GPUArray: ...
+        def __ge__(self, other: Any) -> GPUArray: ...
+        def __neg__(self) -> GPUArray: ...
+        def __pos__(self) -> GPUArray: ...
+        def __abs__(self) -> GPUArray: ...
+        def __invert__(self) -> GPUArray: ...
+        def __divmod__(self, other: Any) -> tuple[GPUArray, GPUArray]: ...
+        def __rdivmod__(self, other: Any) -> tuple[GPUArray, GPUArray]: ...
 
     def __matmul__(self, other: Any) -> GPUArray:
         from .linalg import _matmul_operator
@@ -308,6 +324,11 @@ class GPUArray:
         from . import reductions
 
         return reductions.var(self, axis, dtype, ddof, keepdims)
+
+    def std(self, axis: Any = None, dtype: Any = None, ddof: int = 0, keepdims: bool = False) -> GPUArray:
+        from . import reductions
+
+        return reductions.std(self, axis, dtype, ddof, keepdims)
 
     def argmax(self, axis: int | None = None, keepdims: bool = False) -> GPUArray:
         from . import reductions
@@ -507,67 +528,3 @@ def new_contiguous(shape: tuple[int, ...], dtype: np.dtype, size: int, block: An
     self._block = block
     self._ptr = block.ptr
     return self
-
-
-def _binary(op: str, a: GPUArray, b: Any, reflected: bool) -> GPUArray:
-    if type(b) is GPUArray:
-        return binary(op, b, a) if reflected else binary(op, a, b)
-    if isinstance(b, _SCALAR_TYPES) or isinstance(b, np.generic):
-        return binary_scalar(op, a, b, reflected)
-    if isinstance(b, np.ndarray):
-        from .creation import asarray
-
-        bb = asarray(b)
-        return binary(op, bb, a) if reflected else binary(op, a, bb)
-    return NotImplemented
-
-
-def _out_dtype(op: str, dt: np.dtype) -> np.dtype:
-    if op == DIV and not _dtypes.is_float(dt):
-        return _dtypes.float64
-    return dt
-
-
-def _check_bool_sub(op: str, *dts: np.dtype) -> None:
-    if op == SUB and all(dt == _dtypes.bool_ for dt in dts):
-        raise TypeError(
-            "numpy boolean subtract, the `-` operator, is not supported, use the bitwise_xor, the `^` operator, or the logical_xor function instead."
-        )
-
-
-def binary_result_dtype(op: str, da: np.dtype, db: np.dtype) -> np.dtype:
-    """The dtype of ``a <op> b`` (NumPy promotion; true division of integers gives float64)."""
-    _check_bool_sub(op, da, db)
-    return _out_dtype(op, _dtypes.result_type(da, db))
-
-
-def binary(op: str, a: GPUArray, b: GPUArray) -> GPUArray:
-    """``a <op> b`` elementwise with broadcasting and NumPy type promotion.
-    The backend does it all (promotion included), so that its fast path is one call."""
-    rt = _runtime._runtime or _runtime.get()
-    stack = _stream_local.stack
-    return rt.ops.binary(op, a, b, stack[-1].handle if stack else rt.stream)
-
-
-# (op, array dtype, scalar type) -> (result dtype, range of Python ints that fit)
-_scalar_dtypes: dict[tuple[str, np.dtype, type], tuple[np.dtype, float, float]] = {}
-
-
-def binary_scalar(op: str, a: GPUArray, s: Any, scalar_left: bool) -> GPUArray:
-    """``a <op> s`` (or ``s <op> a``) for a Python or NumPy scalar ``s``."""
-    if isinstance(s, np.generic):
-        s_dt = _dtypes.as_dtype(s.dtype)
-        _check_bool_sub(op, a._dtype, s_dt)
-        out_dt = _out_dtype(op, _dtypes.result_type(a._dtype, s_dt))
-        s = s.item()
-    else:
-        key = (op, a._dtype, type(s))
-        entry = _scalar_dtypes.get(key)
-        if entry is None or not entry[1] <= s <= entry[2]:
-            if type(s) is bool:
-                _check_bool_sub(op, a._dtype, _dtypes.bool_)
-            out_dt = _out_dtype(op, _dtypes.result_type(a._dtype, s))  # raises OverflowError for ints that do not fit
-            lo, hi = (float(np.iinfo(a._dtype).min), float(np.iinfo(a._dtype).max)) if a._dtype.kind in "iu" else (-math.inf, math.inf)
-            entry = _scalar_dtypes[key] = (out_dt, lo, hi)
-        out_dt = entry[0]
-    return (_runtime._runtime or _runtime.get()).ops.binary_scalar(op, a, s, out_dt, scalar_left, current_stream_handle())

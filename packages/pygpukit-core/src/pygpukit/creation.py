@@ -96,7 +96,7 @@ def asarray(obj: Any, dtype: Any = None, copy: bool | None = None) -> GPUArray:
     host = np.asarray(obj, dtype=None if dtype is None else _dtypes.as_dtype(dtype))
     if host.dtype == object:
         raise TypeError(f"cannot convert {type(obj).__name__} to a GPUArray: it holds Python objects")
-    return from_numpy(np.ascontiguousarray(host))
+    return from_numpy(np.asarray(host, order="C"))  # np.ascontiguousarray would make 0-d arrays 1-d
 
 
 def _like(a: GPUArray, dtype: Any, shape: Any) -> tuple[Any, Any]:

@@ -159,7 +159,20 @@ def var(x: GPUArray, axis: Any = None, dtype: Any = None, ddof: int = 0, keepdim
     d = xa - m
     ss = _reduce("sum", d * d, axis, keepdims, acc)
     denom = count - operator.index(ddof)
-    return (ss / float(denom) if denom > 0 else ss * math.nan).astype(out_dt, copy=False)
+    # as NumPy: with no degrees of freedom left the division by 0 gives inf (nan for 0/0)
+    return (ss / float(denom if denom > 0 else 0)).astype(out_dt, copy=False)
+
+
+def std(x: GPUArray, axis: Any = None, dtype: Any = None, ddof: int = 0, keepdims: bool = False) -> GPUArray:
+    """Standard deviation, sqrt(var) with NumPy's ``ddof`` and dtype rules; the square
+    root is taken in the accumulator dtype and the result rounded once."""
+    if not isinstance(x, GPUArray):
+        raise TypeError(f"std() expects a GPUArray, got {type(x).__name__}")
+    from .ufuncs import sqrt
+
+    out_dt = _mean_dtype(x.dtype, dtype)
+    acc = _dtypes.float64 if out_dt == _dtypes.float64 else _dtypes.float32
+    return sqrt(var(x, axis, acc, ddof, keepdims)).astype(out_dt, copy=False)
 
 
 def _scan(op: str, x: Any, axis: int | None, dtype: Any) -> GPUArray:

@@ -11,8 +11,6 @@ from typing import Any
 
 import numpy as np
 
-_UFUNCS = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.true_divide}
-
 
 def view(arr: Any) -> np.ndarray:
     """A NumPy array over the memory of ``arr`` (valid while ``arr`` is alive).
@@ -59,32 +57,22 @@ class CpuOps:
         with np.errstate(all="ignore"):
             view(out)[...] = vals.astype(out.dtype)
 
-    # Inputs are converted to the result dtype first, as the kernels do (they
-    # compute in that dtype, or float32 for the 8/16-bit floats, and round once).
+    def binary_fast(self, uf: Any, a: Any, b: Any, stream: int) -> None:
+        """The CUDA backend's launch fast path; here every call takes the general path."""
+        return None
+
+    # Operands are converted to the compute dtype first, as the kernels do
+    # (float32 for the 8/16-bit floats), and the result is rounded once.
     # Floating-point warnings are silenced: a GPU cannot raise them either.
-    def binary(self, op: str, a: Any, b: Any, stream: int) -> Any:
-        from ..array import GPUArray, binary_result_dtype
-
-        out_dt = binary_result_dtype(op, a.dtype, b.dtype)
-        shape = a.shape if a.shape == b.shape else np.broadcast_shapes(a.shape, b.shape)
-        out = GPUArray._empty(shape, out_dt, stream)
-        if out.size:
-            with np.errstate(all="ignore"):
-                _UFUNCS[op](view(a).astype(out_dt, copy=False), view(b).astype(out_dt, copy=False), out=view(out))
-        return out
-
-    def binary_scalar(self, op: str, a: Any, s: Any, dt: np.dtype, scalar_left: bool, stream: int) -> Any:
+    def elementwise(self, uf: Any, operands: list[Any], compute: np.dtype, out: Any, params: tuple[Any, ...]) -> None:
         from ..array import GPUArray
+        from ..ufuncs import kernel_dtype
 
-        out = GPUArray._empty(a.shape, dt, stream)
-        x = view(a).astype(dt, copy=False)
-        sv = np.asarray(s).astype(dt)
+        kd = kernel_dtype(compute)
+        xs = [view(o).astype(kd) if type(o) is GPUArray else np.asarray(o, dtype=kd) for o in operands]
         with np.errstate(all="ignore"):
-            if scalar_left:
-                _UFUNCS[op](sv, x, out=view(out))
-            else:
-                _UFUNCS[op](x, sv, out=view(out))
-        return out
+            r = uf.cpu(*xs, *params)
+            np.copyto(view(out), np.asarray(r), casting="unsafe")
 
     def reduce(self, op: str, kind: str, src: Any, dims: tuple[int, ...], out_dt: np.dtype, acc_dt: np.dtype, init: Any) -> Any:
         """The CPU twin of CudaOps.reduce: same layouts, accumulators and NaN rules."""
@@ -153,4 +141,69 @@ class CpuOps:
             x = x.astype(np.float32)
         out = GPUArray._empty((dims[0],), np.dtype(np.int64))
         view(out)[...] = np.argmax(x, axis=1) if is_max else np.argmin(x, axis=1)
+        return out
+
+    # -- random ---------------------------------------------------------------
+    def random_fill(self, out: Any, dist: Any, key: int, offset: int, a: Any, b: Any) -> None:
+        """The CPU twin of CudaOps.random_fill: the same Philox blocks and conversions in NumPy."""
+        vals = dist.values(key, offset, out.size, a, b)
+        with np.errstate(all="ignore"):  # uint64 -> signed integers wraps, as the kernel's cast
+            view(out)[...] = vals.astype(out.dtype).reshape(out.shape)
+
+    # -- softmax ----------------------------------------------------------------
+    def softmax(self, mode: str, src: Any, dims: tuple[int, int, int], comp_dt: np.dtype) -> Any:
+        """The CPU twin of CudaOps.softmax: the same (max, sum of exp) formulation and special values."""
+        from ..array import GPUArray
+
+        outer, k, n = dims
+        # K last and contiguous: NumPy then sums pairwise, as accurate as the kernels' trees
+        x = np.ascontiguousarray(view(src).reshape(dims).transpose(0, 2, 1)).astype(comp_dt)
+        with np.errstate(all="ignore"):
+            m = np.max(x, axis=2, keepdims=True) if k else np.full((outer, n, 1), -np.inf, comp_dt)
+            fin = np.isfinite(m)
+            e = np.exp(x - np.where(fin, m, 0))
+            s = np.sum(e, axis=2, keepdims=True)
+            if mode == "logsumexp":
+                r = np.where(fin, m + np.log(s), m)
+            elif mode == "softmax":
+                r = np.where(fin, e / s, np.nan)
+            else:  # log_softmax; with m = +inf: -inf, NaN at the +inf itself
+                r = np.where(fin, (x - m) - np.log(s), np.where((m == np.inf) & (x != m), -np.inf, np.nan))
+            out = GPUArray._empty((r.size,), src.dtype)
+            view(out)[...] = r.transpose(0, 2, 1).reshape(-1).astype(src.dtype)
+        return out
+
+    # -- sorting ----------------------------------------------------------------
+    # The same keys as the kernels (pygpukit.sorting) under NumPy's stable sort.
+    def sort_rows(self, src: Any, rows: int, n: int, descending: bool, indices: bool) -> Any:
+        from ..array import GPUArray
+        from ..sorting import host_sort_rows
+
+        r = host_sort_rows(view(src).reshape(rows, n), descending, indices)
+        out = GPUArray._empty((rows * n,), r.dtype)
+        view(out)[...] = r.reshape(-1)
+        return out
+
+    def topk_select(self, src: Any, rows: int, n: int, k: int, largest: bool) -> Any:
+        from ..array import GPUArray
+        from ..sorting import host_topk_select
+
+        out = GPUArray._empty((rows * k,), np.dtype(np.int64))
+        view(out)[...] = host_topk_select(view(src).reshape(rows, n), k, largest).reshape(-1)
+        return out
+
+    def searchsorted(self, a: Any, v: Any, right: bool) -> Any:
+        from ..array import GPUArray
+        from ..sorting import host_searchsorted
+
+        out = GPUArray._empty((v.size,), np.dtype(np.int64))
+        view(out)[...] = host_searchsorted(view(a), view(v), right)
+        return out
+
+    def unique_flags(self, s: Any) -> Any:
+        from ..array import GPUArray
+        from ..sorting import host_unique_flags
+
+        out = GPUArray._empty((s.size,), np.dtype(np.bool_))
+        view(out)[...] = host_unique_flags(view(s))
         return out

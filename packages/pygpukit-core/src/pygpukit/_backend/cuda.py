@@ -1,34 +1,39 @@
 """The CUDA backend: built-in NVRTC kernels launched on the current stream.
 
-Kernel choice per call: contiguous same-shape operands take the vectorized
-``*_contig`` kernels (16-byte accesses when every pointer is aligned), a
-Python scalar takes ``binary_scalar``, anything else (broadcasting, strides)
-takes the ``*_strided`` kernels. Nothing here synchronizes.
+Kernel choice per call: operands of one shape and one dense memory order
+(C-contiguous, or all transposed alike) take the vectorized ``*_contig``
+kernels (16-byte accesses when every pointer is aligned); a scalar operand
+rides in a unary kernel's parameters; anything else (broadcasting, strides)
+takes the ``*_strided`` kernels, over dimensions merged where every operand
+allows. Nothing here synchronizes.
 """
 
 from __future__ import annotations
 
 import struct
+from functools import cache
 from typing import Any
 
 import numpy as np
 
 from .. import _dtypes, kernels
-from ..array import GPUArray, binary_result_dtype, new_contiguous
+from ..array import GPUArray
 from ..streams import current_stream_handle
+from ..ufuncs import kernel_dtype as ufunc_kernel_dtype
 
 THREADS = 256
 UNROLL = 4  # elementwise.cu kUnroll
 REDUCE_THREADS = 512
 MAX_DIMS = 8
-_OPS = {"add": "pgk::Add", "sub": "pgk::Sub", "mul": "pgk::Mul", "div": "pgk::Div"}
 _C = _dtypes.C_TYPES
 
 # Name expressions of the instantiations; instantiations() below lists a
 # representative set of them for the compile check in CI.
-BINARY_CONTIG = "pgk::binary_contig<{op}, {a}, {b}, {o}, {vec}>"
-BINARY_SCALAR = "pgk::binary_scalar<{op}, {a}, {o}, {vec}, {left}>"
-BINARY_STRIDED = "pgk::binary_strided<{op}, {a}, {b}, {o}>"
+UNARY_CONTIG = "pgk::unary_contig<{op}, {a}, {c}, {o}, {vec}>"
+UNARY_STRIDED = "pgk::unary_strided<{op}, {a}, {c}, {o}>"
+BINARY_CONTIG = "pgk::binary_contig<{op}, {a}, {b}, {c}, {o}, {vec}>"
+BINARY_STRIDED = "pgk::binary_strided<{op}, {a}, {b}, {c}, {o}>"
+TERNARY_STRIDED = "pgk::ternary_strided<{op}, {a}, {b}, {d}, {c}, {o}>"
 CAST_CONTIG = "pgk::cast_contig<{a}, {o}, {vec}>"
 CAST_STRIDED = "pgk::cast_strided<{a}, {o}>"
 FILL = "pgk::fill<{o}, {vec}>"
@@ -45,10 +50,7 @@ _SCAN_OPS = {"cumsum": "pgk::ScanSum", "cumprod": "pgk::ScanProd"}
 _REDUCE_OPS = {"sum": "pgk::Sum", "prod": "pgk::Prod", "max": "pgk::Max", "min": "pgk::Min", "all": "pgk::All", "any": "pgk::Any"}
 
 _PACK_BINARY = struct.Struct("@PPPq")
-_PACK_SCALAR = {code: struct.Struct(f"@P{code}Pq") for code in "?bBhHiIqQfd"}
-_PACK_STRIDED = struct.Struct(f"@PPPq{1 + 4 * MAX_DIMS}q")
 _PACK_CAST = struct.Struct("@PPq")
-_PACK_CAST_STRIDED = struct.Struct(f"@PPq{1 + 4 * MAX_DIMS}q")
 _PACK_FILL = struct.Struct("@P8sq")
 _PACK_ARANGE = {"f": struct.Struct("@Pfffq"), "d": struct.Struct("@Pdddq"), "q": struct.Struct("@Pqqqq")}
 
@@ -91,14 +93,69 @@ def broadcast_strides(arr: Any, shape: tuple[int, ...]) -> list[int]:
     return out
 
 
-def _strides_struct(shape: tuple[int, ...], *strides: list[int]) -> list[int]:
-    if len(shape) > MAX_DIMS:
-        raise ValueError(f"pygpukit kernels support at most {MAX_DIMS} dimensions, got {len(shape)}")
-    pad = [0] * (MAX_DIMS - len(shape))
-    fields = [len(shape), *shape, *pad]
-    for st in strides:
-        fields += [*st, *pad]
+def _same_dense(out: Any, arrays: list[Any]) -> bool:
+    """Whether every array has out's shape and element order and out fills its
+    memory without gaps: then a flat contiguous kernel serves (also for
+    transposed arrays, whose results take the same order)."""
+    if out._contig:
+        return all(a._contig and a._shape == out._shape for a in arrays)
+    if not _dense(out):
+        return False
+    st = [s // out.itemsize for s in out.strides]
+    return all(a._shape == out._shape and [s // a.itemsize for s in a.strides] == st for a in arrays)
+
+
+def _dense(a: Any) -> bool:
+    dims = sorted((st, d) for st, d in zip(a.strides, a.shape) if d != 1)
+    expect = a.itemsize
+    for st, d in dims:
+        if st != expect:
+            return False
+        expect *= d
+    return True
+
+
+def _layout_fields(out: Any, arrays: list[Any]) -> list[int]:
+    """pgk::Layout<K> for ``arrays`` (out last) broadcast to out's shape, with
+    the dimensions that are contiguous for every operand merged."""
+    shape = out.shape
+    strides = [broadcast_strides(a, shape) for a in arrays]
+    dims: list[int] = []
+    merged: list[list[int]] = [[] for _ in arrays]
+    for i, d in enumerate(shape):
+        if d == 1:
+            continue
+        if dims and all(m[-1] == st[i] * d for m, st in zip(merged, strides)):
+            dims[-1] *= d
+            for m, st in zip(merged, strides):
+                m[-1] = st[i]
+        else:
+            dims.append(d)
+            for m, st in zip(merged, strides):
+                m.append(st[i])
+    if not dims:  # a single element
+        dims = [1]
+        merged = [[0] for _ in arrays]
+    if len(dims) > MAX_DIMS:
+        raise ValueError(f"pygpukit kernels support at most {MAX_DIMS} non-mergeable dimensions, got {len(dims)}")
+    pad = [0] * (MAX_DIMS - len(dims))
+    fields = [len(dims), *dims, *pad]
+    for m in merged:
+        fields += [*m, *pad]
     return fields
+
+
+def _pack_layout(fields: list[int]) -> bytes:
+    """A Layout after 8-byte aligned parameters."""
+    return struct.pack(f"@{len(fields)}q", *fields)
+
+
+@cache
+def _params_struct(prefix: str, dt: np.dtype) -> struct.Struct:
+    """``prefix`` followed by pgk::Params<dt> (three values), padded to 8 bytes
+    so that a Layout can follow."""
+    code = dt.char if dt.char in "?bBhHiIqQfd" else {"l": "q", "L": "Q"}[dt.char]
+    return struct.Struct(f"{prefix}3{code}0q")
 
 
 def _grid_for(n: int, per_block: int) -> int:
@@ -117,7 +174,7 @@ class CudaOps:
         self.pool = rt.pool
         self._fn_cache: dict[tuple, int] = {}
         self._contig_binary: dict[tuple, tuple[np.dtype, int, int, int]] = {}
-        self._scalar: dict[tuple, tuple[int, int, struct.Struct, bool]] = {}
+        self._unary: dict[tuple, tuple[int, int, struct.Struct]] = {}
 
     def _fn(self, file: str, expr: str) -> int:
         return kernels.function(file, expr, self.sm)
@@ -133,86 +190,87 @@ class CudaOps:
         self.rt.native.memcpy_dtoh(out, src.data_ptr, current_stream_handle())
 
     # -- elementwise -----------------------------------------------------------
-    def binary(self, op: str, a: Any, b: Any, stream: int) -> Any:
-        """The result of ``a <op> b`` as a new array. Fast path first: contiguous
-        operands of one shape at 16-byte aligned addresses (every pool block is):
-        one dict lookup for result dtype, kernel and geometry, and a launch whose
-        parameters need no packing."""
-        if a._contig and b._contig and a._shape == b._shape and not (a._ptr | b._ptr) & 15:
-            entry = self._contig_binary.get((op, a._dtype, b._dtype))
-            if entry is None:
-                entry = self._contig_binary_entry(op, a._dtype, b._dtype)
-            out_dt, fn, per_block, itemsize = entry
-            n = a._size
-            block = self.pool.alloc(n * itemsize, stream)
-            out = object.__new__(GPUArray)  # new_contiguous, inlined: this is the hottest path
-            out._shape = a._shape
-            out._dtype = out_dt
-            out._size = n
-            out._strides = None
-            out._contig = True
-            out._block = block
-            ptr = out._ptr = block.ptr
-            if n:
-                self.launch_u64(fn, (n + per_block - 1) // per_block, THREADS, stream, a._ptr, b._ptr, ptr, n)
-            return out
-        out_dt = binary_result_dtype(op, a._dtype, b._dtype)
-        shape = a._shape if a._shape == b._shape else np.broadcast_shapes(a._shape, b._shape)
-        out = GPUArray._empty(shape, out_dt, stream)
-        n = out._size
-        if n == 0:
-            return out
-        if a._contig and b._contig and a._shape == b._shape:  # misaligned views
-            vec = vec_width(a, b, out)
-            expr = BINARY_CONTIG.format(op=_OPS[op], a=_C[a._dtype], b=_C[b._dtype], o=_C[out_dt], vec=vec)
-            args = _PACK_BINARY.pack(a._ptr, b._ptr, out._ptr, n)
-            self.launch(self._fn("elementwise", expr), _grid_for(n, THREADS * UNROLL * vec), 1, 1, THREADS, 1, 1, 0, stream, args)
-            return out
-        key2 = ("strided", op, a._dtype, b._dtype, out_dt)
-        fn = self._fn_cache.get(key2)  # type: ignore[assignment]
-        if fn is None:
-            expr = BINARY_STRIDED.format(op=_OPS[op], a=_C[a._dtype], b=_C[b._dtype], o=_C[out_dt])
-            fn = self._fn_cache[key2] = self._fn("elementwise", expr)
-        fields = _strides_struct(
-            out.shape,
-            broadcast_strides(a, out.shape),
-            broadcast_strides(b, out.shape),
-            broadcast_strides(out, out.shape),
-        )
-        args = _PACK_STRIDED.pack(a._ptr, b._ptr, out._ptr, n, *fields)
-        self.launch(fn, self._strided_grid(n), 1, 1, THREADS, 1, 1, 0, stream, args)
+    def binary_fast(self, uf: Any, a: Any, b: Any, stream: int) -> Any:
+        """``uf(a, b)`` for contiguous operands of one shape at 16-byte aligned
+        addresses (every pool block is): one dict lookup for result dtype,
+        kernel and geometry, and a launch whose parameters need no packing.
+        None when the operands do not qualify (the caller takes the general path)."""
+        if not (a._contig and b._contig and a._shape == b._shape) or (a._ptr | b._ptr) & 15:
+            return None
+        entry = self._contig_binary.get((uf, a._dtype, b._dtype))
+        if entry is None:
+            entry = self._contig_binary_entry(uf, a._dtype, b._dtype)
+        out_dt, fn, per_block, itemsize = entry
+        n = a._size
+        block = self.pool.alloc(n * itemsize, stream)
+        out = object.__new__(GPUArray)  # new_contiguous, inlined: this is the hottest path
+        out._shape = a._shape
+        out._dtype = out_dt
+        out._size = n
+        out._strides = None
+        out._contig = True
+        out._block = block
+        ptr = out._ptr = block.ptr
+        if n:
+            self.launch_u64(fn, (n + per_block - 1) // per_block, THREADS, stream, a._ptr, b._ptr, ptr, n)
         return out
 
-    def _contig_binary_entry(self, op: str, da: np.dtype, db: np.dtype) -> tuple[np.dtype, int, int, int]:
-        out_dt = binary_result_dtype(op, da, db)
+    def _contig_binary_entry(self, uf: Any, da: np.dtype, db: np.dtype) -> tuple[np.dtype, int, int, int]:
+        compute, out_dt = uf.loop(da, db)
         vec = 16 // max(da.itemsize, db.itemsize, out_dt.itemsize)
-        expr = BINARY_CONTIG.format(op=_OPS[op], a=_C[da], b=_C[db], o=_C[out_dt], vec=vec)
+        expr = BINARY_CONTIG.format(op=uf.functor, a=_C[da], b=_C[db], c=_C[compute], o=_C[out_dt], vec=vec)
         entry = (out_dt, self._fn("elementwise", expr), THREADS * UNROLL * vec, out_dt.itemsize)
-        self._contig_binary[(op, da, db)] = entry
+        self._contig_binary[(uf, da, db)] = entry
         return entry
 
-    def binary_scalar(self, op: str, a: Any, s: Any, out_dt: np.dtype, scalar_left: bool, stream: int) -> Any:
-        if not a._contig:
-            a = a.copy()
-        n = a._size
-        out = new_contiguous(a._shape, out_dt, n, self.pool.alloc(n * out_dt.itemsize, stream))
-        if n == 0:
-            return out
-        key = (op, a._dtype, out_dt, scalar_left, a._ptr & 15 == 0)
-        entry = self._scalar.get(key)
-        if entry is None:
-            vec = vec_width(a, out)
-            left = "true" if scalar_left else "false"
-            expr = BINARY_SCALAR.format(op=_OPS[op], a=_C[a._dtype], o=_C[out_dt], vec=vec, left=left)
-            cdt = compute_dtype(out_dt)
-            code = cdt.char if cdt.char in _PACK_SCALAR else {"l": "q", "L": "Q"}[cdt.char]
-            entry = self._scalar[key] = (self._fn("elementwise", expr), THREADS * UNROLL * vec, _PACK_SCALAR[code], cdt != out_dt)
-        fn, per_block, packer, narrow = entry
-        if narrow:  # round to the 8/16-bit result dtype first, as NumPy does, then widen
-            s = np.asarray(s).astype(out_dt).astype(np.float32).item()
-        args = packer.pack(a._ptr, s, out._ptr, n)
-        self.launch(fn, (n + per_block - 1) // per_block, 1, 1, THREADS, 1, 1, 0, stream, args)
-        return out
+    def elementwise(self, uf: Any, operands: list[Any], compute: np.dtype, out: Any, params: tuple[Any, ...]) -> None:
+        """out = uf(*operands) computing in ``compute``; operands are arrays (any
+        strides, broadcasting to out) or scalars already converted to the kernel
+        compute dtype. One array: a unary kernel (a scalar operand of a binary
+        function rides in the functor's parameters); two or three: binary or ternary."""
+        arrays = [o for o in operands if type(o) is GPUArray]
+        functor = uf.functor
+        if len(arrays) < uf.nin:  # a binary function with one scalar operand
+            left = type(operands[0]) is not GPUArray
+            functor = f"pgk::Scalar{'Left' if left else 'Right'}<{functor}>"
+            params = (operands[0 if left else 1],)
+        stream = current_stream_handle()
+        n = out._size
+        c = _C[compute]
+        dense = _same_dense(out, arrays)
+        if len(arrays) == 1:
+            (a,) = arrays
+            kd = ufunc_kernel_dtype(compute)
+            values = [*params, *([0] * (3 - len(params)))]
+            if dense:
+                vec = vec_width(a, out)
+                key = (functor, a._dtype, compute, out._dtype, vec)
+                entry = self._unary.get(key)
+                if entry is None:
+                    expr = UNARY_CONTIG.format(op=functor, a=_C[a._dtype], c=c, o=_C[out._dtype], vec=vec)
+                    entry = self._unary[key] = (self._fn("elementwise", expr), THREADS * UNROLL * vec, _params_struct("@PPq", kd))
+                fn, per_block, packer = entry
+                args = packer.pack(a._ptr, out._ptr, n, *values)
+                self.launch(fn, (n + per_block - 1) // per_block, 1, 1, THREADS, 1, 1, 0, stream, args)
+                return
+            expr = UNARY_STRIDED.format(op=functor, a=_C[a._dtype], c=c, o=_C[out._dtype])
+            fields = _layout_fields(out, [a, out])
+            args = _params_struct("@PPq", kd).pack(a._ptr, out._ptr, n, *values) + _pack_layout(fields)
+        elif len(arrays) == 2:
+            a, b = arrays
+            if dense:
+                vec = vec_width(a, b, out)
+                expr = BINARY_CONTIG.format(op=functor, a=_C[a._dtype], b=_C[b._dtype], c=c, o=_C[out._dtype], vec=vec)
+                args = _PACK_BINARY.pack(a._ptr, b._ptr, out._ptr, n)
+                self.launch(self._fn("elementwise", expr), _grid_for(n, THREADS * UNROLL * vec), 1, 1, THREADS, 1, 1, 0, stream, args)
+                return
+            expr = BINARY_STRIDED.format(op=functor, a=_C[a._dtype], b=_C[b._dtype], c=c, o=_C[out._dtype])
+            args = _PACK_BINARY.pack(a._ptr, b._ptr, out._ptr, n) + _pack_layout(_layout_fields(out, [a, b, out]))
+        else:
+            a, b, d = arrays
+            expr = TERNARY_STRIDED.format(op=functor, a=_C[a._dtype], b=_C[b._dtype], d=_C[d._dtype], c=c, o=_C[out._dtype])
+            args = struct.pack("@PPPPq", a._ptr, b._ptr, d._ptr, out._ptr, n) + _pack_layout(_layout_fields(out, [a, b, d, out]))
+        self.launch(self._fn("elementwise", expr), self._strided_grid(n), 1, 1, THREADS, 1, 1, 0, stream, args)
 
     def cast(self, src: Any, out: Any) -> None:
         """out[...] = src converted to out's dtype; src broadcasts to out's shape,
@@ -221,7 +279,7 @@ class CudaOps:
         if n == 0:
             return
         stream = current_stream_handle()
-        if src.is_contiguous and out.is_contiguous and src.shape == out.shape:
+        if _same_dense(out, [src]):
             if src.dtype == out.dtype:
                 self.rt.native.memcpy_dtod(out.data_ptr, src.data_ptr, out.nbytes, stream)
                 return
@@ -231,8 +289,7 @@ class CudaOps:
             self.launch(self._fn("elementwise", expr), _grid_for(n, THREADS * UNROLL * vec), 1, 1, THREADS, 1, 1, 0, stream, args)
             return
         expr = CAST_STRIDED.format(a=_C[src.dtype], o=_C[out.dtype])
-        fields = _strides_struct(out.shape, broadcast_strides(src, out.shape), [0] * out.ndim, broadcast_strides(out, out.shape))
-        args = _PACK_CAST_STRIDED.pack(src.data_ptr, out.data_ptr, n, *fields)
+        args = _PACK_CAST.pack(src.data_ptr, out.data_ptr, n) + _pack_layout(_layout_fields(out, [src, out]))
         self.launch(self._fn("elementwise", expr), self._strided_grid(n), 1, 1, THREADS, 1, 1, 0, stream, args)
 
     def fill(self, out: Any, value: Any) -> None:
@@ -356,6 +413,212 @@ class CudaOps:
         self.launch(fn, min(m, 65535 * 16), 1, 1, REDUCE_THREADS, 1, 1, 0, stream, struct.pack("@PPqq", src.data_ptr, out.data_ptr, m, k))
         return out
 
+    # -- random ---------------------------------------------------------------
+    def random_fill(self, out: Any, dist: Any, key: int, offset: int, a: Any, b: Any) -> None:
+        """Fill contiguous ``out`` (a pool block: 16-byte aligned) from the Philox blocks
+        offset, offset + 1, ... under ``key``; ``dist`` (pygpukit.random.Dist) turns
+        each block into ``dist.per_block`` values. Grid-stride, about two waves."""
+        n = out._size
+        args = dist.pack(out._ptr, n, key, offset, a, b)
+        grid = min(_grid_for(-(-n // dist.per_block), THREADS), self.sms * 16)
+        self.launch(self._fn("random", dist.expr(out._dtype)), grid, 1, 1, THREADS, 1, 1, 0, current_stream_handle(), args)
+
+    # -- softmax ----------------------------------------------------------------
+    def softmax(self, mode: str, src: Any, dims: tuple[int, int, int], comp_dt: np.dtype) -> Any:
+        """softmax / log_softmax / logsumexp (``mode``) along K of contiguous float ``src``
+        viewed as (outer, K, N), computed in ``comp_dt``: a flat array of src's dtype,
+        outer*K*N elements (outer*N for logsumexp). Plans in pygpukit.softmax; the
+        common case (rows that fit in registers) is planned once per shape."""
+        plans: dict[tuple, Any] | None = self.__dict__.get("_softmax_rows")  # row-kernel launches by call signature
+        if plans is None or len(plans) > 1024:
+            plans = {}
+            self._softmax_rows = plans
+        key = (mode, src._dtype, dims, src._ptr & 15 == 0)
+        rows = plans.get(key, False)
+        if rows is False:
+            rows = plans[key] = self._softmax_rows_launch(mode, src._dtype, dims, comp_dt, key[3])
+        if rows is None:
+            return self._softmax_general(mode, src, dims, comp_dt)
+        fn, grid, tpr, rpb = rows
+        m, k, _ = dims
+        stream = current_stream_handle()
+        out = GPUArray._empty((m if mode == "logsumexp" else m * k,), src._dtype, stream)
+        self.launch(fn, grid, 1, 1, tpr, rpb, 1, 0, stream, struct.pack("@PPqq", src._ptr, out._ptr, m, k))
+        return out
+
+    def _softmax_rows_launch(self, mode: str, dt: np.dtype, dims: tuple[int, int, int], comp_dt: np.dtype, aligned: bool) -> Any:
+        """(function, grid, threads per row, rows per block) of softmax_rows, or None when
+        the rows are too long for registers or too few to fill the GPU."""
+        from ..softmax import BLOCK_THREADS, MODES, ROWS, row_plan
+
+        m, k, n = dims
+        if n != 1 or m == 0 or k == 0:
+            return None
+        vec = 16 // dt.itemsize if aligned and k % (16 // dt.itemsize) == 0 else 1
+        plan = row_plan(k, vec, comp_dt)
+        if plan is None:
+            return None
+        tpr, nv = plan
+        rpb = max(1, BLOCK_THREADS // tpr)
+        blocks = -(-m // rpb)
+        if blocks < self.sms // 2 and m * k >= 1 << 20:  # the split kernels spread the work wider
+            return None
+        fn = self._fn("softmax", ROWS.format(t=_C[dt], tc=_C[comp_dt], mode=MODES[mode], vec=vec, nv=nv))
+        return fn, blocks, tpr, rpb
+
+    def _softmax_general(self, mode: str, src: Any, dims: tuple[int, int, int], comp_dt: np.dtype) -> Any:
+        """Columns (softmax_cols, or rows of a transposed copy) and long rows (split kernels)."""
+        from ..softmax import COL_SLICES, COLS, COMBINE, FINISH, MODES, PARTIAL, SPLIT_THREADS, split_chunks
+
+        stream = current_stream_handle()
+        outer, k, n = dims
+        t, tc, md = _C[src.dtype], _C[comp_dt], MODES[mode]
+        lse = mode == "logsumexp"
+        out = GPUArray._empty((outer * n if lse else outer * k * n,), src.dtype, stream)
+        if out.size == 0:
+            return out
+        if n > 1:
+            if outer * n >= 16 * self.sms or k <= 64:
+                args = struct.pack("@PPqqq", src.data_ptr, out.data_ptr, outer, k, n)
+                grid = min(_grid_for(outer * n, 32), self.sms * 32)
+                self.launch(self._fn("softmax", COLS.format(t=t, tc=tc, mode=md)), grid, 1, 1, 32, COL_SLICES, 1, 0, stream, args)
+                return out
+            # too few columns to fill the GPU with one thread per column: make them rows
+            rows = src.reshape(outer, k, n).transpose(0, 2, 1).copy()
+            res = self.softmax(mode, rows, (outer * n, k, 1), comp_dt)
+            return res if lse else res.reshape(outer, n, k).transpose(0, 2, 1).copy().reshape(-1)
+        m = outer
+        vec = 16 // src.itemsize
+        if k % vec or src.data_ptr % 16:
+            vec = 1
+        nvec = k // vec
+        c = split_chunks(m, nvec, self.sms)
+        cv = -(-nvec // c)
+        c = -(-nvec // cv)  # no empty chunks
+        part = GPUArray._empty((m * c * 2,), comp_dt, stream)
+        args = struct.pack("@PPqqq", src.data_ptr, part.data_ptr, k, c, cv)
+        self.launch(self._fn("softmax", PARTIAL.format(t=t, tc=tc, vec=vec)), m * c, 1, 1, SPLIT_THREADS, 1, 1, 0, stream, args)
+        combine = self._fn("softmax", COMBINE.format(tc=tc, t=t, mode=2 if lse else 0))
+        if lse:
+            self.launch(combine, m, 1, 1, SPLIT_THREADS, 1, 1, 0, stream, struct.pack("@PPPq", part.data_ptr, out.data_ptr, 0, c))
+            return out
+        stats = GPUArray._empty((m * 2,), comp_dt, stream)
+        self.launch(combine, m, 1, 1, SPLIT_THREADS, 1, 1, 0, stream, struct.pack("@PPPq", part.data_ptr, 0, stats.data_ptr, c))
+        fn = self._fn("softmax", FINISH.format(t=t, tc=tc, mode=md, vec=vec))
+        args = struct.pack("@PPPqqq", src.data_ptr, out.data_ptr, stats.data_ptr, k, c, cv)
+        self.launch(fn, m * c, 1, 1, SPLIT_THREADS, 1, 1, 0, stream, args)
+        return out
+
+    # -- sorting ----------------------------------------------------------------
+    # Launch plans for kernels/sort.cu; pygpukit.sorting holds the key types, configurations and tile sizes.
+    def sort_rows(self, src: Any, rows: int, n: int, descending: bool, indices: bool) -> Any:
+        """Each row of contiguous ``src`` viewed as (rows, n) sorted, stable: the values,
+        or (``indices``) the int64 positions that sort it (order keys)."""
+        from .. import sorting
+
+        stream = current_stream_handle()
+        out = GPUArray._empty((rows * n,), _dtypes.int64 if indices else src.dtype, stream)
+        if out.size == 0:
+            return out
+        if n >= 1 << 31:
+            raise ValueError(f"sort: rows of {n} elements are too long for the CUDA backend (at most 2^31 - 1)")
+        key = sorting.key_info(src.dtype)
+        code = sorting.UINT_CODE[key.uint.itemsize]
+        flip = sorting.flip_bits(src.dtype, descending)
+        idx = "true" if indices else "false"
+        cfg = sorting.small_config(n, key.uint.itemsize)
+        if cfg is not None:
+            threads, items, rpt = cfg
+            fn = self._fn("sort", sorting.SORT_BLOCK.format(key=key.trait, idx=idx, threads=threads, items=items))
+            vals, ids = (0, out._ptr) if indices else (out._ptr, 0)
+            args = struct.pack(f"@PPPqq{code}i", src._ptr, vals, ids, rows, n, flip, rpt)
+            self.launch(fn, min(-(-rows // rpt), 65535 * 16), 1, 1, threads, 1, 1, 0, stream, args)
+            return out
+        tile = sorting.radix_tile(key.uint.itemsize)
+        g, per = sorting.row_grid(rows, n, tile, self.sms * 8)
+        passes = key.uint.itemsize
+        counts = self.pool.alloc(rows * 256 * g * 4, stream)
+        row_tot = self.pool.alloc(passes * rows * 256 * 4, stream)
+        self.rt.native.memset_d8(row_tot.ptr, 0, passes * rows * 256 * 4, stream)
+        two = 2 if passes > 2 else 1
+        keys = [self.pool.alloc(rows * n * key.uint.itemsize, stream) for _ in range(two if passes > 1 else 0)]
+        ids32 = [self.pool.alloc(rows * n * 4, stream) for _ in range(two if indices and passes > 1 else 0)]
+        up = self._fn("sort", sorting.RADIX_UPSWEEP.format(key=key.trait, order=idx))
+        scan = self._fn("sort", sorting.RADIX_SCAN)
+        down = self._fn("sort", sorting.RADIX_DOWNSWEEP.format(key=key.trait, idx=idx))
+        dpb = sorting.scan_digits_per_block(g)
+        kin, iin = src._ptr, 0
+        for p in range(passes):
+            first, last = p == 0, p == passes - 1
+            kout = (0 if indices else out._ptr) if last else keys[p % two].ptr
+            iout = ids32[p % two].ptr if indices and not last else 0
+            tot = row_tot.ptr + p * rows * 256 * 4
+            args = struct.pack(f"@PPPqiqi{code}", kin, counts.ptr, tot, n, g, per * tile, 8 * p, flip)
+            self.launch(up, rows * g, 1, 1, 256, 1, 1, 0, stream, args)
+            self.launch(scan, rows * (256 // dpb), 1, 1, 256, 1, 1, 0, stream, struct.pack("@PPii", counts.ptr, tot, g, dpb))
+            i64 = out._ptr if indices else 0
+            args = struct.pack(f"@6Pqiii{code}ii", kin, kout, iin, iout, i64, counts.ptr, n, g, per, 8 * p, flip, first, last)
+            self.launch(down, rows * g, 1, 1, 256, 1, 1, 0, stream, args)
+            kin, iin = kout, iout
+        return out
+
+    def topk_select(self, src: Any, rows: int, n: int, k: int, largest: bool) -> Any:
+        """Positions (int64, rows x k, increasing) of the first k elements of each row of
+        ``src`` (rows, n) in the stable order sort (descending when ``largest``): radix select."""
+        from .. import sorting
+
+        stream = current_stream_handle()
+        out = GPUArray._empty((rows * k,), _dtypes.int64, stream)
+        key = sorting.key_info(src.dtype)
+        code = sorting.UINT_CODE[key.uint.itemsize]
+        flip = sorting.flip_bits(src.dtype, largest)
+        g, per = sorting.row_grid(rows, n, sorting.SELECT_TILE, self.sms * 8)
+        chunk = per * sorting.SELECT_TILE
+        state = self.pool.alloc(rows * 16, stream)
+        hist = self.pool.alloc(rows * 256 * 4, stream)
+        cnt = self.pool.alloc(rows * 2 * g * 4, stream)
+        self.rt.native.memset_d8(hist.ptr, 0, rows * 256 * 4, stream)
+        fhist = self._fn("sort", sorting.SELECT_HIST.format(key=key.trait))
+        pick = self._fn("sort", sorting.SELECT_PICK)
+        bits = 8 * key.uint.itemsize
+        for shift in range(bits - 8, -1, -8):
+            first = shift == bits - 8
+            args = struct.pack(f"@PPPqiqi{code}i", src._ptr, hist.ptr, state.ptr, n, g, chunk, shift, flip, first)
+            self.launch(fhist, rows * g, 1, 1, 256, 1, 1, 0, stream, args)
+            self.launch(pick, rows, 1, 1, 256, 1, 1, 0, stream, struct.pack("@PPiii", hist.ptr, state.ptr, shift, k, first))
+        count = self._fn("sort", sorting.SELECT_COUNT.format(key=key.trait))
+        args = struct.pack(f"@PPPqiq{code}", src._ptr, state.ptr, cnt.ptr, n, g, chunk, flip)
+        self.launch(count, rows * g, 1, 1, 256, 1, 1, 0, stream, args)
+        self.launch(self._fn("sort", sorting.SELECT_OFFSETS), rows, 1, 1, 256, 1, 1, 0, stream, struct.pack("@Pi", cnt.ptr, g))
+        write = self._fn("sort", sorting.SELECT_WRITE.format(key=key.trait))
+        args = struct.pack(f"@PPPPqiqi{code}", src._ptr, state.ptr, cnt.ptr, out._ptr, n, g, chunk, k, flip)
+        self.launch(write, rows * g, 1, 1, 256, 1, 1, 0, stream, args)
+        return out
+
+    def searchsorted(self, a: Any, v: Any, right: bool) -> Any:
+        """For each element of contiguous ``v``, its insertion position in the sorted 1-D
+        contiguous ``a`` of the same dtype (binary search, one thread per element)."""
+        from .. import sorting
+
+        stream = current_stream_handle()
+        out = GPUArray._empty((v.size,), _dtypes.int64, stream)
+        key = sorting.key_info(a.dtype)
+        fn = self._fn("sort", sorting.SEARCHSORTED.format(key=key.trait))
+        code = sorting.UINT_CODE[key.uint.itemsize]
+        args = struct.pack(f"@PqPqPi{code}", a._ptr, a.size, v._ptr, v.size, out._ptr, right, sorting.flip_bits(a.dtype, False))
+        self.launch(fn, self._strided_grid(v.size), 1, 1, THREADS, 1, 1, 0, stream, args)
+        return out
+
+    def unique_flags(self, s: Any) -> Any:
+        """bool flags: element i of sorted ``s`` differs from element i - 1 (order keys)."""
+        from .. import sorting
+
+        stream = current_stream_handle()
+        out = GPUArray._empty((s.size,), _dtypes.bool_, stream)
+        fn = self._fn("sort", sorting.UNIQUE_FLAGS.format(key=sorting.key_info(s.dtype).trait))
+        self.launch(fn, self._strided_grid(s.size), 1, 1, THREADS, 1, 1, 0, stream, struct.pack("@PPq", s._ptr, out._ptr, s.size))
+        return out
+
 
 def _pack_value(dt: np.dtype, value: Any) -> bytes:
     """The last kernel parameter, of dtype ``dt``, after 8-byte parameters (so aligned for any dtype)."""
@@ -367,14 +630,9 @@ def instantiations() -> dict[str, list[str]]:
     every dtype (same-dtype operands; casts between every pair)."""
     dts = list(_C)
     vec = {dt: 16 // dt.itemsize for dt in dts}
-    elementwise: list[str] = []
+    elementwise = _elementwise_instantiations(dts)
     for dt in dts:
         c = _C[dt]
-        for op in _OPS.values():
-            elementwise.append(BINARY_CONTIG.format(op=op, a=c, b=c, o=c, vec=vec[dt]))
-            elementwise.append(BINARY_STRIDED.format(op=op, a=c, b=c, o=c))
-            for left in ("true", "false"):
-                elementwise.append(BINARY_SCALAR.format(op=op, a=c, o=c, vec=vec[dt], left=left))
         elementwise.append(FILL.format(o=c, vec=vec[dt]))
         elementwise += [ARANGE.format(o=c, c=ct) for ct in ("float", "double", "long long")]
         for other in dts:
@@ -415,4 +673,63 @@ def instantiations() -> dict[str, list[str]]:
         "reduce": sorted(set(reduce)),
         "indexing": sorted(set(indexing)),
         "linalg": sorted(set(linalg)),
+        "random": random_instantiations(),
+        "softmax": softmax_instantiations(),
+        "sort": sort_instantiations(),
     }
+
+
+def _elementwise_instantiations(dts: list[np.dtype]) -> list[str]:
+    """Every ufunc's contiguous kernel with every dtype it accepts (the
+    functors branch on the type), and the strided and scalar forms, which
+    share that code, for float32 and int64 only."""
+    from .. import ufuncs
+
+    out: list[str] = []
+    for uf in vars(ufuncs).values():
+        if not isinstance(uf, ufuncs.Ufunc):
+            continue
+        for dt in dts:
+            try:
+                compute, res = uf.loop(*([dt] * uf.nin))
+            except TypeError:
+                continue
+            names = {"op": uf.functor, "a": _C[dt], "b": _C[dt], "d": _C[dt], "c": _C[compute], "o": _C[res]}
+            vec = 16 // max(dt.itemsize, res.itemsize)
+            if uf.nin == 1:
+                out.append(UNARY_CONTIG.format(vec=vec, **names))
+            elif uf.nin == 2:
+                out.append(BINARY_CONTIG.format(vec=vec, **names))
+            if dt not in (_dtypes.float32, _dtypes.int64):
+                continue
+            if uf.nin == 1:
+                out.append(UNARY_STRIDED.format(**names))
+            elif uf.nin == 2:
+                out.append(BINARY_STRIDED.format(**names))
+                for side in ("Left", "Right"):
+                    scalar = dict(names, op=f"pgk::Scalar{side}<{uf.functor}>")
+                    out += [UNARY_CONTIG.format(vec=vec, **scalar), UNARY_STRIDED.format(**scalar)]
+            else:
+                out.append(TERNARY_STRIDED.format(**dict(names, a=_C[_dtypes.bool_])))
+    return out
+
+
+def random_instantiations() -> list[str]:
+    """kernels/random.cu: every (distribution, output dtype) that pygpukit.random launches."""
+    from .. import random
+
+    return random.instantiations()
+
+
+def softmax_instantiations() -> list[str]:
+    """kernels/softmax.cu: a representative set of what pygpukit.softmax launches."""
+    from ..softmax import instantiations  # the module (pygpukit.softmax, the attribute, is the function)
+
+    return instantiations()
+
+
+def sort_instantiations() -> list[str]:
+    """kernels/sort.cu: every kernel pygpukit.sorting launches, for every key type."""
+    from ..sorting import sort_instantiations
+
+    return sort_instantiations()

@@ -18,6 +18,9 @@ import pygpukit as gp
 from .. import _runtime
 from . import peers
 from .harness import Recorder, host_time_us, median_time_ms
+from .random import bench_random
+from .softmax import bench_softmax
+from .sorting import bench_sorting
 
 
 def _impls(quick: bool):
@@ -245,4 +248,7 @@ SUITE = {
     "reductions": bench_reductions,
     "jit": bench_jit,
     "import": bench_import,
+    "random": bench_random,
+    "softmax": bench_softmax,
+    "sorting": bench_sorting,
 }

@@ -12,7 +12,7 @@ from functools import cache
 
 from ..jit import compiler, module
 
-SOURCES = ("elementwise", "reduce", "indexing", "linalg", "scan")
+SOURCES = ("elementwise", "reduce", "indexing", "linalg", "scan", "random", "softmax", "sort")
 _functions: dict[tuple[str, str, int], int] = {}
 
 

@@ -1,7 +1,9 @@
-// Elementwise kernels: binary arithmetic with broadcasting, casts/copies,
-// fill and arange. Instantiated by name expression from pygpukit/_backend/cuda.py,
-// e.g. "pgk::binary_contig<pgk::Add, float, float, float, 4>".
-#include "pgk/types.cuh"
+// Elementwise kernels: unary, binary and ternary maps with broadcasting and
+// any strides, casts/copies, fill and arange. Instantiated by name expression
+// from pygpukit/_backend/cuda.py, e.g.
+// "pgk::binary_contig<pgk::Add, float, float, float, float, 4>": functor,
+// operand types, the type NumPy's loop computes in (TC), destination type.
+#include "pgk/math.cuh"
 
 namespace pgk {
 
@@ -9,27 +11,78 @@ constexpr int kThreads = 256;
 constexpr int kUnroll = 4;  // vectors per thread: independent loads in flight
 constexpr int kMaxDims = 8;
 
-struct Add { template <class T> __device__ __forceinline__ T operator()(T a, T b) const { return a + b; } };
-struct Sub { template <class T> __device__ __forceinline__ T operator()(T a, T b) const { return a - b; } };
-struct Mul { template <class T> __device__ __forceinline__ T operator()(T a, T b) const { return a * b; } };
-struct Div { template <class T> __device__ __forceinline__ T operator()(T a, T b) const { return a / b; } };
-
-// Shapes and element strides of a broadcast operation, passed by value.
-// Stride 0 repeats an operand along a dimension.
-struct Strides3 {
+// The shape and the element strides of K operands (output last), passed by
+// value. Stride 0 repeats an operand along a dimension. The host merges
+// dimensions that are contiguous for every operand first, so most calls
+// arrive with one or two dimensions.
+template <int K>
+struct Layout {
   long long ndim;
   long long shape[kMaxDims];
-  long long a[kMaxDims];
-  long long b[kMaxDims];
-  long long out[kMaxDims];
+  long long st[K][kMaxDims];
 };
 
-// out[i] = op(a[i], b[i]) for contiguous operands of n elements. VEC elements
-// per access when every pointer is aligned to VEC elements (host checks).
-template <class Op, class TA, class TB, class TO, int VEC>
+template <int K>
+__device__ __forceinline__ void offsets(const Layout<K>& L, long long i, long long (&off)[K]) {
+#pragma unroll
+  for (int k = 0; k < K; ++k) off[k] = 0;
+  for (int d = (int)L.ndim - 1; d > 0; --d) {
+    long long idx = i % L.shape[d];
+    i /= L.shape[d];
+#pragma unroll
+    for (int k = 0; k < K; ++k) off[k] += idx * L.st[k][d];
+  }
+#pragma unroll
+  for (int k = 0; k < K; ++k) off[k] += i * L.st[k][0];
+}
+
+#define PGK_GRID_STRIDE(i, n) \
+  for (long long i = (long long)blockIdx.x * kThreads + threadIdx.x; i < (n); i += (long long)gridDim.x * kThreads)
+
+// out[i] = op(a[i], p) for contiguous operands of n elements (also the scalar
+// forms of binary ops, through ScalarRight/ScalarLeft). VEC elements per
+// access when every pointer is aligned to VEC elements (the host checks).
+template <class Op, class TA, class TC, class TO, int VEC>
+__global__ void __launch_bounds__(kThreads)
+unary_contig(const TA* __restrict__ a, TO* __restrict__ out, long long n, Params<compute_t<TC>> p) {
+  using C = compute_t<TC>;
+  const long long base = (long long)blockIdx.x * kThreads * kUnroll;
+  Vec<TA, VEC> va[kUnroll];
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u) {
+    long long i = (base + u * kThreads + threadIdx.x) * VEC;
+    if (i + VEC <= n) va[u] = reinterpret_cast<const Vec<TA, VEC>*>(a)[i / VEC];
+  }
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u) {
+    long long i = (base + u * kThreads + threadIdx.x) * VEC;
+    if (i + VEC <= n) {
+      Vec<TO, VEC> vo;
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) vo.v[k] = cast<TO>(Op()(cast<C>(va[u].v[k]), p));
+      reinterpret_cast<Vec<TO, VEC>*>(out)[i / VEC] = vo;
+    } else {
+      for (long long j = i; j < n; ++j) out[j] = cast<TO>(Op()(cast<C>(a[j]), p));
+    }
+  }
+}
+
+template <class Op, class TA, class TC, class TO>
+__global__ void __launch_bounds__(kThreads)
+unary_strided(const TA* __restrict__ a, TO* __restrict__ out, long long n, Params<compute_t<TC>> p, Layout<2> L) {
+  using C = compute_t<TC>;
+  PGK_GRID_STRIDE(i, n) {
+    long long off[2];
+    offsets(L, i, off);
+    out[off[1]] = cast<TO>(Op()(cast<C>(a[off[0]]), p));
+  }
+}
+
+// out[i] = op(a[i], b[i]), contiguous operands of one shape.
+template <class Op, class TA, class TB, class TC, class TO, int VEC>
 __global__ void __launch_bounds__(kThreads)
 binary_contig(const TA* __restrict__ a, const TB* __restrict__ b, TO* __restrict__ out, long long n) {
-  using C = compute_t<TO>;
+  using C = compute_t<TC>;
   const long long base = (long long)blockIdx.x * kThreads * kUnroll;
   Vec<TA, VEC> va[kUnroll];
   Vec<TB, VEC> vb[kUnroll];
@@ -55,54 +108,28 @@ binary_contig(const TA* __restrict__ a, const TB* __restrict__ b, TO* __restrict
   }
 }
 
-// out[i] = op(a[i], s) (or op(s, a[i]) when SCALAR_LEFT) with s already in the compute type.
-template <class Op, class TA, class TO, int VEC, bool SCALAR_LEFT>
+// General case: any shapes that broadcast, any strides (in elements).
+template <class Op, class TA, class TB, class TC, class TO>
 __global__ void __launch_bounds__(kThreads)
-binary_scalar(const TA* __restrict__ a, compute_t<TO> s, TO* __restrict__ out, long long n) {
-  using C = compute_t<TO>;
-  const long long base = (long long)blockIdx.x * kThreads * kUnroll;
-  Vec<TA, VEC> va[kUnroll];
-#pragma unroll
-  for (int u = 0; u < kUnroll; ++u) {
-    long long i = (base + u * kThreads + threadIdx.x) * VEC;
-    if (i + VEC <= n) va[u] = reinterpret_cast<const Vec<TA, VEC>*>(a)[i / VEC];
-  }
-#pragma unroll
-  for (int u = 0; u < kUnroll; ++u) {
-    long long i = (base + u * kThreads + threadIdx.x) * VEC;
-    if (i + VEC <= n) {
-      Vec<TO, VEC> vo;
-#pragma unroll
-      for (int k = 0; k < VEC; ++k) {
-        C x = cast<C>(va[u].v[k]);
-        vo.v[k] = cast<TO>(SCALAR_LEFT ? Op()(s, x) : Op()(x, s));
-      }
-      reinterpret_cast<Vec<TO, VEC>*>(out)[i / VEC] = vo;
-    } else {
-      for (long long j = i; j < n; ++j) {
-        C x = cast<C>(a[j]);
-        out[j] = cast<TO>(SCALAR_LEFT ? Op()(s, x) : Op()(x, s));
-      }
-    }
+binary_strided(const TA* __restrict__ a, const TB* __restrict__ b, TO* __restrict__ out, long long n, Layout<3> L) {
+  using C = compute_t<TC>;
+  PGK_GRID_STRIDE(i, n) {
+    long long off[3];
+    offsets(L, i, off);
+    out[off[2]] = cast<TO>(Op()(cast<C>(a[off[0]]), cast<C>(b[off[1]])));
   }
 }
 
-// General case: any shapes that broadcast, any strides (in elements), one
-// thread per output element in a grid-stride loop.
-template <class Op, class TA, class TB, class TO>
+// out = op(a, b, c) (where, clip), any strides.
+template <class Op, class TA, class TB, class TD, class TC, class TO>
 __global__ void __launch_bounds__(kThreads)
-binary_strided(const TA* __restrict__ a, const TB* __restrict__ b, TO* __restrict__ out, long long n, Strides3 st) {
-  using C = compute_t<TO>;
-  for (long long i = (long long)blockIdx.x * kThreads + threadIdx.x; i < n; i += (long long)gridDim.x * kThreads) {
-    long long rem = i, oa = 0, ob = 0, oo = 0;
-    for (int d = (int)st.ndim - 1; d >= 0; --d) {
-      long long idx = rem % st.shape[d];
-      rem /= st.shape[d];
-      oa += idx * st.a[d];
-      ob += idx * st.b[d];
-      oo += idx * st.out[d];
-    }
-    out[oo] = cast<TO>(Op()(cast<C>(a[oa]), cast<C>(b[ob])));
+ternary_strided(const TA* __restrict__ a, const TB* __restrict__ b, const TD* __restrict__ c, TO* __restrict__ out, long long n,
+                Layout<4> L) {
+  using C = compute_t<TC>;
+  PGK_GRID_STRIDE(i, n) {
+    long long off[4];
+    offsets(L, i, off);
+    out[off[3]] = cast<TO>(Op()(cast<C>(a[off[0]]), cast<C>(b[off[1]]), cast<C>(c[off[2]])));
   }
 }
 
@@ -132,19 +159,13 @@ cast_contig(const TI* __restrict__ a, TO* __restrict__ out, long long n) {
 }
 
 // out (any strides) = a (any strides) converted to TO; makes strided arrays contiguous.
-// Strides3.b is unused here.
 template <class TI, class TO>
 __global__ void __launch_bounds__(kThreads)
-cast_strided(const TI* __restrict__ a, TO* __restrict__ out, long long n, Strides3 st) {
-  for (long long i = (long long)blockIdx.x * kThreads + threadIdx.x; i < n; i += (long long)gridDim.x * kThreads) {
-    long long rem = i, oa = 0, oo = 0;
-    for (int d = (int)st.ndim - 1; d >= 0; --d) {
-      long long idx = rem % st.shape[d];
-      rem /= st.shape[d];
-      oa += idx * st.a[d];
-      oo += idx * st.out[d];
-    }
-    out[oo] = cast<TO>(a[oa]);
+cast_strided(const TI* __restrict__ a, TO* __restrict__ out, long long n, Layout<2> L) {
+  PGK_GRID_STRIDE(i, n) {
+    long long off[2];
+    offsets(L, i, off);
+    out[off[1]] = cast<TO>(a[off[0]]);
   }
 }
 
@@ -178,7 +199,7 @@ __device__ __forceinline__ long long mul_add_rn(long long i, long long d, long l
 template <class T, class C>
 __global__ void __launch_bounds__(kThreads)
 arange(T* __restrict__ out, C start, C delta, C second, long long n) {
-  for (long long i = (long long)blockIdx.x * kThreads + threadIdx.x; i < n; i += (long long)gridDim.x * kThreads) {
+  PGK_GRID_STRIDE(i, n) {
     C v = i == 1 ? second : mul_add_rn((C)i, delta, start);
     out[i] = cast<T>(v);
   }
