@@ -5,7 +5,7 @@
 # Installs pygpukit-core with --target into /tmp/pgk-site (the machine's python3
 # keeps seeing its own torch, cupy, nvidia-cuda-nvrtc, scikit-build-core,
 # pybind11; a venv made from it would not), runs every test
-# (GPU tests included), the benchmark, doctor and info; logs and JSON go to RESULTS_DIR.
+# (GPU tests included, after compiling the built-in kernels in parallel), the benchmark, doctor and info; logs and JSON go to RESULTS_DIR.
 set -uo pipefail
 OUT=${1:?usage: scripts/device-check.sh RESULTS_DIR [pytest args...]}
 shift
@@ -26,9 +26,10 @@ echo "install: $(( $(date +%s) - start )) s"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
 python3 -m pygpukit info | tee "$OUT/info.txt"
 python3 -m pygpukit doctor | tee "$OUT/doctor.txt"
+python3 scripts/warm-kernel-cache.py | tee "$OUT/warm-cache.log"
 cd /tmp  # test the installed wheel, not the source tree
 python3 -m pytest -c "$ROOT/pyproject.toml" --rootdir "$ROOT" -q -p no:cacheprovider "$ROOT/packages/pygpukit-core/tests" "$ROOT/native-libs/driver/tests" "$@" \
   2>&1 | tee "$OUT/pytest.log" | tail -n 40
 if [ "${SKIP_BENCH:-0}" != "1" ]; then
-  python3 -m pygpukit.benchmark --json "$OUT/bench.json" --markdown 2>&1 | tee "$OUT/bench.log" | tail -n 30
+  python3 -m pygpukit.benchmark --json "$OUT/bench.json" --markdown ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log" | tail -n 30
 fi

@@ -17,6 +17,7 @@ import pygpukit as gp
 
 from .. import _runtime
 from . import peers
+from .elementwise import bench_elementwise
 from .harness import Recorder, host_time_us, median_time_ms
 from .random import bench_random
 from .softmax import bench_softmax
@@ -55,12 +56,17 @@ def bench_bandwidth(rec: Recorder, quick: bool) -> None:
     log2 = 24 if quick else 28
     for name, timer, mod in _impls(quick):
         _bandwidth_one(rec, name, timer, mod, log2, quick)
-        if name == "pygpukit":
-            gp.memory.empty_cache()
-        elif name == "torch":
-            mod.cuda.empty_cache()
-        elif name == "cupy":
-            mod.get_default_memory_pool().free_all_blocks()
+        _free(name, mod)
+
+
+def _free(name: str, mod) -> None:
+    """Give an implementation's cached device memory back before the next one runs."""
+    if name == "pygpukit":
+        gp.memory.empty_cache()
+    elif name == "torch":
+        mod.cuda.empty_cache()
+    elif name == "cupy":
+        mod.get_default_memory_pool().free_all_blocks()
 
 
 def _bandwidth_one(rec: Recorder, name: str, timer, mod, log2: int, quick: bool) -> None:
@@ -243,6 +249,7 @@ def bench_import(rec: Recorder, quick: bool) -> None:
 
 SUITE = {
     "bandwidth": bench_bandwidth,
+    "elementwise": bench_elementwise,
     "host_overhead": bench_host_overhead,
     "launch": bench_launch,
     "reductions": bench_reductions,

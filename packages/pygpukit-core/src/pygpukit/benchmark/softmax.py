@@ -64,7 +64,7 @@ def _cases(name: str, mod, host: np.ndarray) -> dict[str, tuple[Callable[[], obj
 
 
 def bench_softmax(rec: Recorder, quick: bool) -> None:
-    from .core import _impls
+    from .core import _free, _impls
 
     gpu = gp.backend() == "cuda"
     side = (2048 if quick else 8192) if gpu else (512 if quick else 2048)
@@ -74,9 +74,4 @@ def bench_softmax(rec: Recorder, quick: bool) -> None:
         for case, (fn, moved) in _cases(name, mod, host).items():
             ms = median_time_ms(fn, timer, warm, reps)
             rec.add(f"{case}_{side}x{side}", name, "GB/s", moved / ms / 1e6, True)
-        if name == "pygpukit":
-            gp.memory.empty_cache()
-        elif name == "torch":
-            mod.cuda.empty_cache()
-        elif name == "cupy":
-            mod.get_default_memory_pool().free_all_blocks()
+        _free(name, mod)
