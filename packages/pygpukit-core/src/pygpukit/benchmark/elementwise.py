@@ -6,6 +6,7 @@ floor is bytes / the copy bandwidth."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -70,13 +71,14 @@ def bench_elementwise(rec: Recorder, quick: bool) -> None:
                 args = (x,) if op in UNARY else (x, y)
                 out_size = 1 if op in ("isnan", "less") else size
                 moved = (len(args) * size + out_size) << log2
-                ms = median_time_ms(lambda f=f, args=args: f(*args), timer, warm, reps)
+                ms = median_time_ms(functools.partial(f, *args), timer, warm, reps)
                 rec.add(f"{op}_{'bf16' if bf16 else 'f32'}_2^{log2}", name, "GB/s", moved / ms / 1e6, True)
             del x, y
         a = _upload(name, mod, square, False)
         exp = _fn(name, "exp", mod)
+        assert exp is not None  # every implementation has exp
         for layout, view in (("contig", a), ("transposed", a.T)):
-            ms = median_time_ms(lambda v=view, f=exp: f(v), timer, warm, reps)
+            ms = median_time_ms(functools.partial(exp, view), timer, warm, reps)
             rec.add(f"exp_f32_{side}^2_{layout}", name, "GB/s", 8 * side * side / ms / 1e6, True)
         del a, view
         _free(name, mod)
