@@ -29,3 +29,15 @@ def test_format_bytes():
     assert format_bytes(1536) == "1.50 KiB"
     assert format_bytes(3 * 2**30) == "3.00 GiB"
     assert format_bytes(5 * 2**40) == "5.00 TiB"
+
+
+def test_kernel_parameter_buffers_end_with_the_parameters():
+    # cuLaunchKernel rejects a buffer longer than the kernel's parameters, so the
+    # Params<T> of a unary kernel must not be padded unless a Layout follows.
+    import numpy as np
+
+    from pygpukit._backend.cuda import _params_struct
+
+    for dt, size in ((np.float32, 36), (np.int8, 27), (np.uint16, 30), (np.float64, 48)):
+        assert _params_struct("@PPq", np.dtype(dt), False).size == size
+        assert _params_struct("@PPq", np.dtype(dt), True).size == -(-size // 8) * 8

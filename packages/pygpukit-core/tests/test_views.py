@@ -171,3 +171,13 @@ def test_setitem_overlapping_and_errors(rng):
     np.testing.assert_array_equal(a.to_numpy(), want)
     with pytest.raises(ValueError, match="could not broadcast"):
         a[:3] = gp.zeros(4, gp.int32)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, gp.bfloat16], ids=str)
+def test_copy_is_bit_exact(dtype):
+    # NaN payloads and -0.0 survive a copy of a strided view (no round trip through float)
+    bits = np.array([0x7E01, 0xFE42, 0x8000, 0x3C00, 0x7C01, 0xFFFF], np.uint16)
+    host = bits.astype(np.uint32) << 16 | 0x1234 if np.dtype(dtype).itemsize == 4 else bits
+    x = np.repeat(host.view(dtype)[None], 3, axis=0)
+    got = gp.from_numpy(x).T.copy().to_numpy()
+    np.testing.assert_array_equal(got.view(host.dtype), x.T.view(host.dtype))

@@ -151,11 +151,13 @@ def _pack_layout(fields: list[int]) -> bytes:
 
 
 @cache
-def _params_struct(prefix: str, dt: np.dtype) -> struct.Struct:
-    """``prefix`` followed by pgk::Params<dt> (three values), padded to 8 bytes
-    so that a Layout can follow."""
+def _params_struct(prefix: str, dt: np.dtype, then_layout: bool) -> struct.Struct:
+    """``prefix`` followed by pgk::Params<dt> (three values); padded to 8 bytes
+    when a Layout follows. The driver rejects a parameter buffer longer than
+    the kernel's parameters (CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES), so a kernel
+    that ends with the Params gets no padding."""
     code = dt.char if dt.char in "?bBhHiIqQfd" else {"l": "q", "L": "Q"}[dt.char]
-    return struct.Struct(f"{prefix}3{code}0q")
+    return struct.Struct(f"{prefix}3{code}{'0q' if then_layout else ''}")
 
 
 def _grid_for(n: int, per_block: int) -> int:
@@ -248,14 +250,14 @@ class CudaOps:
                 entry = self._unary.get(key)
                 if entry is None:
                     expr = UNARY_CONTIG.format(op=functor, a=_C[a._dtype], c=c, o=_C[out._dtype], vec=vec)
-                    entry = self._unary[key] = (self._fn("elementwise", expr), THREADS * UNROLL * vec, _params_struct("@PPq", kd))
+                    entry = self._unary[key] = (self._fn("elementwise", expr), THREADS * UNROLL * vec, _params_struct("@PPq", kd, False))
                 fn, per_block, packer = entry
                 args = packer.pack(a._ptr, out._ptr, n, *values)
                 self.launch(fn, (n + per_block - 1) // per_block, 1, 1, THREADS, 1, 1, 0, stream, args)
                 return
             expr = UNARY_STRIDED.format(op=functor, a=_C[a._dtype], c=c, o=_C[out._dtype])
             fields = _layout_fields(out, [a, out])
-            args = _params_struct("@PPq", kd).pack(a._ptr, out._ptr, n, *values) + _pack_layout(fields)
+            args = _params_struct("@PPq", kd, True).pack(a._ptr, out._ptr, n, *values) + _pack_layout(fields)
         elif len(arrays) == 2:
             a, b = arrays
             if dense:

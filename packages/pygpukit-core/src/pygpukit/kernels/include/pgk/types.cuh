@@ -121,7 +121,9 @@ template <class A> struct is_same<A, A> { static constexpr bool value = true; };
 
 template <class To, class From>
 __device__ __forceinline__ To cast(From v) {
-  if constexpr (is_same<To, half>::value && is_same<From, double>::value) {
+  if constexpr (is_same<To, From>::value) {
+    return v;  // bit-exact: a copy keeps NaN payloads and -0.0
+  } else if constexpr (is_same<To, half>::value && is_same<From, double>::value) {
     return half::from_double(v);
   } else if constexpr (is_small_float<To>::value) {
     return To(static_cast<float>(v));
