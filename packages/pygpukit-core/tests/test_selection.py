@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import pygpukit as gp
-from gp_testing import random_array
+from gp_testing import ALL_DTYPES, random_array
 
 
 @pytest.mark.parametrize("dtype", [gp.float32, gp.float16, gp.int64, gp.uint8, gp.bfloat16, gp.bool_], ids=str)
@@ -72,3 +72,72 @@ def test_nonzero_and_count_nonzero(rng, dtype):
     assert none.shape == (0,)
     with pytest.raises(ValueError, match="0d arrays"):
         gp.nonzero(gp.zeros(()))
+
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=str)
+def test_setitem_integer_array(rng, dtype):
+    x = random_array(rng, (6, 7, 5), dtype)
+    g = gp.from_numpy(x.copy())
+    idx = np.array([4, -1, 0])
+    v = random_array(rng, (6, 3, 5), dtype)
+    x[:, idx] = v
+    g[:, gp.from_numpy(idx)] = gp.from_numpy(v)
+    np.testing.assert_array_equal(g.to_numpy(), x)
+    # broadcast values, a list index, the first axis, a scalar cast to the dtype
+    x[[5, 2]] = v[0, :1]
+    g[[5, 2]] = gp.from_numpy(v[0, :1])
+    x[..., np.array([1, 3], np.int32)] = 1
+    g[..., np.array([1, 3], np.int32)] = 1
+    np.testing.assert_array_equal(g.to_numpy(), x)
+
+
+def test_setitem_integer_array_strided_and_errors(rng):
+    x = random_array(rng, (8, 9), np.float32)
+    g = gp.from_numpy(x.copy())
+    x.T[[0, 7]] = -3.5  # strided views take the write through a copy
+    g.T[[0, 7]] = -3.5
+    x[::2][:, [1, 3]] = 9.0
+    g[::2][:, [1, 3]] = 9.0
+    np.testing.assert_array_equal(g.to_numpy(), x)
+    with pytest.raises(IndexError, match="out of bounds"):
+        g[[0, 9]] = 1.0
+    with pytest.raises(ValueError, match="could not be broadcast"):
+        g[[0, 1]] = gp.ones((3, 9))
+    with pytest.raises(IndexError, match="integer type"):
+        g[gp.ones((2,))] = 1.0
+    np.testing.assert_array_equal(g.to_numpy(), x)  # nothing written by the failed calls
+    # a value read from the array itself is taken before the write
+    h = np.arange(10.0)
+    gh = gp.from_numpy(h.copy())
+    h[[1, 2, 3]] = h[:3]
+    gh[[1, 2, 3]] = gh[:3]
+    np.testing.assert_array_equal(gh.to_numpy(), h)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int16, gp.bfloat16, np.bool_], ids=str)
+def test_setitem_boolean_mask(rng, dtype):
+    x = random_array(rng, (7, 11), dtype)
+    m = random_array(rng, (7, 11), np.bool_)
+    g = gp.from_numpy(x.copy())
+    x[m] = 1
+    g[gp.from_numpy(m)] = 1
+    np.testing.assert_array_equal(g.to_numpy(), x)
+    v = random_array(rng, (int(m.sum()),), dtype)
+    x[m] = v
+    g[m] = gp.from_numpy(v)  # a NumPy mask works too
+    np.testing.assert_array_equal(g.to_numpy(), x)
+    xt, gt = x.T.copy(), gp.from_numpy(x).T  # strided target
+    xt[m.T] = v
+    gt[gp.from_numpy(m).T] = gp.from_numpy(v)
+    np.testing.assert_array_equal(gt.to_numpy(), xt)
+
+
+def test_setitem_boolean_mask_errors():
+    g = gp.zeros((3, 4), gp.int32)
+    m = gp.from_numpy(np.eye(3, 4, dtype=bool))
+    with pytest.raises(ValueError, match="cannot assign 2 input values to the 3 output values"):
+        g[m] = gp.from_numpy(np.array([1, 2], np.int32))
+    with pytest.raises(IndexError, match="did not match"):
+        g[gp.zeros((3,), gp.bool_)] = 1
+    g[m] = 2.7  # cast as NumPy's assignment casts
+    np.testing.assert_array_equal(g.to_numpy(), np.eye(3, 4, dtype=np.int32) * 2)

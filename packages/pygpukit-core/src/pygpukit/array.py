@@ -383,18 +383,17 @@ class GPUArray:
         return self._view(shape, strides, offset)
 
     def __setitem__(self, key: Any, value: Any) -> None:
-        """``a[key] = value`` for basic indexing; ``value`` (scalar, array or NumPy
-        array) broadcasts to the indexed shape and is cast to this array's dtype."""
-        target = self[key]
-        if isinstance(value, GPUArray):
-            src = value
-        elif isinstance(value, (bool, int, float, np.generic)):
-            src = GPUArray._empty((), self._dtype)
-            _runtime.get().ops.fill(src, value)
-        else:
-            from .creation import asarray
+        """``a[key] = value``: ``value`` (scalar, array or NumPy array) broadcasts
+        to the indexed shape and is cast to this array's dtype. Advanced keys
+        (a boolean mask, an integer array) as in ``__getitem__``; with a repeated
+        index, which of its values lands is unspecified (NumPy: the last)."""
+        if _indexing.is_advanced(key):
+            from .selection import assign
 
-            src = asarray(np.asarray(value))
+            assign(self, key, self._value(value))
+            return
+        target = self[key]
+        src = self._value(value)
         try:
             np.broadcast_shapes(src._shape, target._shape)
         except ValueError:
@@ -405,6 +404,26 @@ class GPUArray:
             if src._block is self._block:  # overlapping memory: copy the source first
                 src = src.copy()
             _runtime.get().ops.cast(src, target)
+
+    def __array_namespace__(self, /, *, api_version: str | None = None) -> Any:
+        """The module of array API functions for GPUArrays: ``pygpukit`` (standard 2023.12)."""
+        if api_version is not None and api_version not in ("2021.12", "2022.12", "2023.12"):
+            raise ValueError(f"pygpukit implements the array API standard 2023.12, not {api_version!r}")
+        import pygpukit
+
+        return pygpukit
+
+    def _value(self, value: Any) -> GPUArray:
+        """A value to store into this array, as a GPUArray (scalars: 0-d, of this dtype)."""
+        if isinstance(value, GPUArray):
+            return value
+        if isinstance(value, (bool, int, float, np.generic)):
+            src = GPUArray._empty((), self._dtype)
+            _runtime.get().ops.fill(src, value)
+            return src
+        from .creation import asarray
+
+        return asarray(np.asarray(value))
 
     @property
     def T(self) -> GPUArray:

@@ -156,3 +156,27 @@ def eye(n: int, m: int | None = None, k: int = 0, dtype: Any = _dtypes.float64) 
 
 def identity(n: int, dtype: Any = _dtypes.float64) -> GPUArray:
     return eye(n, dtype=dtype)
+
+
+def _triangle(a: GPUArray, k: int, lower: bool, name: str) -> GPUArray:
+    from .ufuncs import greater_equal, less_equal, subtract, where
+
+    if not isinstance(a, GPUArray):
+        raise TypeError(f"{name} expects a GPUArray, got {type(a).__name__}")
+    if a.ndim < 2:
+        raise ValueError(f"{name} needs an array of at least 2 dimensions, got shape {a.shape}")
+    k = operator.index(k)
+    rows, cols = a.shape[-2:]
+    offset = subtract(arange(cols, dtype=_dtypes.int64), arange(rows, dtype=_dtypes.int64).reshape((rows, 1)))  # j - i
+    keep = less_equal(offset, k) if lower else greater_equal(offset, k)
+    return where(keep, a, zeros((), a.dtype))
+
+
+def tril(a: GPUArray, k: int = 0) -> GPUArray:
+    """A copy of ``a`` with the elements above diagonal ``k`` of its last two axes zeroed."""
+    return _triangle(a, k, True, "tril")
+
+
+def triu(a: GPUArray, k: int = 0) -> GPUArray:
+    """A copy of ``a`` with the elements below diagonal ``k`` of its last two axes zeroed."""
+    return _triangle(a, k, False, "triu")

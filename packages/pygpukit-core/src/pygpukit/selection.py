@@ -1,5 +1,5 @@
-"""Gathering by integer indices: take, take_along_axis, and the integer-array
-case of ``a[idx]``. Index bounds are checked before the kernel runs, which
+"""Gathering and scattering by integer indices: take, take_along_axis, and the
+advanced cases of ``a[key]`` and ``a[key] = v``. Index bounds are checked before the kernel runs, which
 reads the indices' min and max back to the host (one synchronization), as
 NumPy raises IndexError for an index out of bounds."""
 
@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _dtypes, _runtime
+from . import _dtypes, _indexing, _runtime
 from .array import GPUArray, _normalize_axis, broadcast_to
 
 
@@ -100,3 +100,53 @@ def take_along_axis(a: GPUArray, indices: Any, axis: int) -> GPUArray:
     ib = ib if ib.is_contiguous else ib.copy()
     inner = math.prod(shape[ax + 1 :])
     return _runtime.get().ops.gather(src, ib, tuple(shape), n, max(shape[ax], 1), inner, True)
+
+
+def assign(a: GPUArray, key: Any, value: GPUArray) -> None:
+    """``a[key] = value`` for the advanced keys ``__getitem__`` takes: one boolean
+    mask of a's shape, or one integer array on one axis. ``value`` is cast to
+    a's dtype (as NumPy's assignment does) and broadcast to the selection."""
+    from .creation import asarray
+    from .ufuncs import where
+
+    v = value if value.dtype == a.dtype else value.astype(a.dtype)
+    mask = _indexing.boolean_mask(key)
+    if mask is not None:
+        m = mask if isinstance(mask, GPUArray) else asarray(np.asarray(mask))
+        if m.shape != a.shape:
+            raise IndexError(f"boolean index did not match indexed array: array shape {a.shape}, mask shape {m.shape}")
+        if v.ndim <= 1 and v.size == 1:  # one value: a select, no count of the mask needed
+            where(m, v.reshape(()), a, out=a)
+            return
+        (flat,) = nonzero(m.reshape(-1))
+        if v.ndim != 1 or v.shape[0] != flat.size:
+            raise ValueError(
+                f"NumPy boolean array indexing assignment cannot assign {v.size} input values to "
+                f"the {flat.size} output values where the mask is true"
+            )
+        _scatter(a, flat, v, 0, flat=True)
+        return
+    axis, indices = _indexing.single_integer_array(key, a.ndim)
+    ax = _normalize_axis(axis, a.ndim)
+    idx = _index_array(indices)
+    _check_bounds(idx, a.shape[ax], ax)
+    shape = a.shape[:ax] + idx.shape + a.shape[ax + 1 :]
+    try:
+        v = broadcast_to(v, shape)
+    except ValueError:
+        raise ValueError(
+            f"shape mismatch: value array of shape {value.shape} could not be broadcast to indexing result of shape {shape}"
+        ) from None
+    _scatter(a, idx, v, ax)
+
+
+def _scatter(a: GPUArray, idx: GPUArray, v: GPUArray, ax: int, flat: bool = False) -> None:
+    """a[..., idx, ...] = v along ``ax`` (of the flattened a when ``flat``), v of
+    the selection's shape. A strided ``a`` is scattered as a copy, written back."""
+    work = a if a.is_contiguous else a.copy()
+    target = work.reshape(-1) if flat else work  # a view: work is contiguous
+    src = v if v.is_contiguous and v._block is not a._block else v.copy()
+    inner = math.prod(target.shape[ax + 1 :])
+    _runtime.get().ops.scatter(src, idx, target, target.shape[ax], max(idx.size, 1), inner)
+    if work is not a:
+        a[...] = work

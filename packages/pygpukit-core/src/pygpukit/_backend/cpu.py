@@ -122,6 +122,10 @@ class CpuOps:
         view(out)[...] = r.reshape(out_shape)
         return out
 
+    def scatter(self, src: Any, idx: Any, dst: Any, axis_len: int, n_idx: int, inner: int) -> None:
+        d = view(dst).reshape(-1, axis_len, inner)
+        d[:, view(idx).astype(np.int64).reshape(-1), :] = view(src).reshape(d.shape[0], n_idx, inner)
+
     def nonzero(self, csum: Any, shape: tuple[int, ...], count: int) -> Any:
         from ..array import GPUArray
 

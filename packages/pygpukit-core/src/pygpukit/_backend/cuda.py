@@ -44,6 +44,7 @@ REDUCE_ROWS = "pgk::reduce_rows<{op}, {a}, {acc}, {o}, {vec}>"
 REDUCE_COLS = "pgk::reduce_cols<{op}, {a}, {acc}, {o}>"
 ARG_ROWS = "pgk::arg_reduce_rows<{max}, {a}, {c}>"
 GATHER = "pgk::gather<{t}, {i}, {along}>"
+SCATTER = "pgk::scatter<{t}, {i}>"
 MATMUL = "pgk::matmul_tiled<{a}, {b}, {o}, {acc}>"
 SCAN_ROWS = "pgk::scan_rows<{op}, {a}, {acc}, {o}>"
 _SCAN_OPS = {"cumsum": "pgk::ScanSum", "cumprod": "pgk::ScanProd"}
@@ -391,6 +392,15 @@ class CudaOps:
             self.launch(self._fn("indexing", expr), self._strided_grid(n), 1, 1, THREADS, 1, 1, 0, stream, args)
         return out
 
+    def scatter(self, src: Any, idx: Any, dst: Any, axis_len: int, n_idx: int, inner: int) -> None:
+        """dst[o, idx[j], i] = src[o, j, i]; src, idx and dst contiguous, indices in bounds."""
+        stream = current_stream_handle()
+        n = src.size
+        if n:
+            expr = SCATTER.format(t=_C[src.dtype], i=_C[idx.dtype])
+            args = struct.pack("@PPPqqqq", src.data_ptr, idx.data_ptr, dst.data_ptr, n, n_idx, axis_len, inner)
+            self.launch(self._fn("indexing", expr), self._strided_grid(n), 1, 1, THREADS, 1, 1, 0, stream, args)
+
     def nonzero(self, csum: Any, shape: tuple[int, ...], count: int) -> Any:
         """(ndim, count) int64 indices of the true elements, from the inclusive cumulative
         count ``csum`` of a C-order mask of ``shape``."""
@@ -658,6 +668,8 @@ def instantiations() -> dict[str, list[str]]:
         GATHER.format(t=_C[dt], i=_C[it], along=al) for dt in dts for it in (_dtypes.int32, _dtypes.int64) for al in ("true", "false")
     ]
     indexing += [GATHER.format(t=_C[_dtypes.float32], i=_C[it], along="false") for it in dts if it.kind in "iu"]
+    indexing += [SCATTER.format(t=_C[dt], i=_C[it]) for dt in dts for it in (_dtypes.int32, _dtypes.int64)]
+    indexing += [SCATTER.format(t=_C[_dtypes.float32], i=_C[it]) for it in dts if it.kind in "iu"]
     indexing.append("pgk::compact_nonzero")
     linalg = [MATMUL.format(a=_C[dt], b=_C[dt], o=_C[dt], acc=_C[_dtypes.accumulator(dt)]) for dt in dts]
     linalg += [

@@ -25,6 +25,23 @@ gather(const T* __restrict__ a, const TIdx* __restrict__ idx, T* __restrict__ ou
   }
 }
 
+// out[o, idx[j], i] = src[o, j, i]: the inverse of gather, for a[..., idx, ...] = v.
+// With a repeated index one of its writes lands; which one is unspecified.
+template <class T, class TIdx>
+__global__ void __launch_bounds__(256)
+scatter(const T* __restrict__ src, const TIdx* __restrict__ idx, T* __restrict__ out, long long n_src, long long n_idx,
+        long long axis_len, long long inner) {
+  for (long long t = (long long)blockIdx.x * 256 + threadIdx.x; t < n_src; t += (long long)gridDim.x * 256) {
+    const long long i = t % inner;
+    const long long rest = t / inner;
+    const long long j = rest % n_idx;
+    const long long o = rest / n_idx;
+    long long k = (long long)idx[j];
+    if (k < 0) k += axis_len;
+    out[(o * axis_len + k) * inner + i] = src[t];
+  }
+}
+
 }  // namespace pgk
 
 namespace pgk {
