@@ -18,6 +18,8 @@ inline CUstream as_stream(uint64_t h) { return reinterpret_cast<CUstream>(static
 inline CUevent as_event(uint64_t h) { return reinterpret_cast<CUevent>(static_cast<uintptr_t>(h)); }
 inline CUmodule as_module(uint64_t h) { return reinterpret_cast<CUmodule>(static_cast<uintptr_t>(h)); }
 inline CUfunction as_function(uint64_t h) { return reinterpret_cast<CUfunction>(static_cast<uintptr_t>(h)); }
+inline CUgraph as_graph(uint64_t h) { return reinterpret_cast<CUgraph>(static_cast<uintptr_t>(h)); }
+inline CUgraphExec as_graph_exec(uint64_t h) { return reinterpret_cast<CUgraphExec>(static_cast<uintptr_t>(h)); }
 template <typename T>
 inline uint64_t as_handle(T p) {
   return static_cast<uint64_t>(reinterpret_cast<uintptr_t>(p));

@@ -67,7 +67,16 @@ constexpr int kCudaApiVersion = 12000;
   X(ModuleGetFunction, "cuModuleGetFunction", PFN_cuModuleGetFunction_v2000, 1, 1)           \
   X(FuncGetAttribute, "cuFuncGetAttribute", PFN_cuFuncGetAttribute_v2020, 1, 1)              \
   X(FuncSetAttribute, "cuFuncSetAttribute", PFN_cuFuncSetAttribute_v9000, 1, 1)              \
-  X(LaunchKernel, "cuLaunchKernel", PFN_cuLaunchKernel_v4000, 1, 1)
+  X(LaunchKernel, "cuLaunchKernel", PFN_cuLaunchKernel_v4000, 1, 1)                         \
+  X(StreamBeginCapture, "cuStreamBeginCapture", PFN_cuStreamBeginCapture_v10010, 1, 1)       \
+  X(StreamEndCapture, "cuStreamEndCapture", PFN_cuStreamEndCapture_v10000, 1, 1)             \
+  X(StreamIsCapturing, "cuStreamIsCapturing", PFN_cuStreamIsCapturing_v10000, 1, 1)          \
+  X(GraphInstantiateWithFlags, "cuGraphInstantiateWithFlags",                                \
+    PFN_cuGraphInstantiateWithFlags_v11040, 1, 1)                                            \
+  X(GraphLaunch, "cuGraphLaunch", PFN_cuGraphLaunch_v10000, 1, 1)                            \
+  X(GraphGetNodes, "cuGraphGetNodes", PFN_cuGraphGetNodes_v10000, 1, 1)                      \
+  X(GraphExecDestroy, "cuGraphExecDestroy", PFN_cuGraphExecDestroy_v10000, 1, 1)             \
+  X(GraphDestroy, "cuGraphDestroy", PFN_cuGraphDestroy_v10000, 1, 1)
 
 struct CudaApi {
 #define PGK_DECLARE_FIELD(field, sym, type, fallback_ok, required) type field = nullptr;

@@ -1,4 +1,5 @@
-// Stream and event bindings. Handles are the CUstream / CUevent pointers as ints.
+// Stream, event and graph bindings. Handles are the CUstream / CUevent /
+// CUgraph / CUgraphExec pointers as ints.
 #include <pybind11/pybind11.h>  // first: it includes Python.h
 
 #include "bindings.h"
@@ -125,6 +126,82 @@ void bind_streams(py::module_ &m) {
         return ready(cu.EventQuery(as_event(h)), "cuEventQuery");
       },
       py::arg("event"), "True when the work captured by the event has completed.");
+
+  // -- stream capture and graphs --
+  m.def(
+      "stream_begin_capture",
+      [](uint64_t h, int mode) {
+        ensure_current();
+        check(cu.StreamBeginCapture(as_stream(h), static_cast<CUstreamCaptureMode>(mode)), "cuStreamBeginCapture");
+      },
+      py::arg("stream"), py::arg("mode"),
+      "Start capturing the stream's work into a graph (mode: 0 global, 1 thread-local, 2 relaxed).");
+
+  m.def(
+      "stream_end_capture",
+      [](uint64_t h) {
+        ensure_current();
+        CUgraph g = nullptr;
+        check(cu.StreamEndCapture(as_stream(h), &g), "cuStreamEndCapture");
+        return as_handle(g);
+      },
+      py::arg("stream"), "End the capture; returns the graph's handle.");
+
+  m.def(
+      "stream_capture_status",
+      [](uint64_t h) {
+        ensure_current();
+        CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+        check(cu.StreamIsCapturing(as_stream(h), &st), "cuStreamIsCapturing");
+        return static_cast<int>(st);
+      },
+      py::arg("stream"), "0: not capturing, 1: capturing, 2: capture invalidated by an illegal call.");
+
+  m.def(
+      "graph_instantiate",
+      [](uint64_t graph) {
+        ensure_current();
+        CUgraphExec exec = nullptr;
+        check(cu.GraphInstantiateWithFlags(&exec, as_graph(graph), 0),
+              "cuGraphInstantiateWithFlags");
+        return as_handle(exec);
+      },
+      py::arg("graph"));
+
+  m.def(
+      "graph_launch",
+      [](uint64_t exec, uint64_t stream) {
+        ensure_current();
+        check(cu.GraphLaunch(as_graph_exec(exec), as_stream(stream)),
+              "cuGraphLaunch");
+      },
+      py::arg("exec"), py::arg("stream"));
+
+  m.def(
+      "graph_node_count",
+      [](uint64_t graph) {
+        ensure_current();
+        size_t n = 0;
+        check(cu.GraphGetNodes(as_graph(graph), nullptr, &n), "cuGraphGetNodes");
+        return n;
+      },
+      py::arg("graph"));
+
+  m.def(
+      "graph_exec_destroy",
+      [](uint64_t exec) {
+        ensure_current();
+        check(cu.GraphExecDestroy(as_graph_exec(exec)), "cuGraphExecDestroy");
+      },
+      py::arg("exec"));
+
+  m.def(
+      "graph_destroy",
+      [](uint64_t graph) {
+        ensure_current();
+        check(cu.GraphDestroy(as_graph(graph)), "cuGraphDestroy");
+      },
+      py::arg("graph"));
 
   m.def(
       "event_elapsed_ms",

@@ -29,7 +29,7 @@ from ._dtypes import (
     uint32,
     uint64,
 )
-from ._errors import BackendError, CompileError, CudaError, NVRTCError, OutOfMemoryError, PyGPUkitError
+from ._errors import BackendError, CompileError, CudaError, GraphCaptureError, NVRTCError, OutOfMemoryError, PyGPUkitError
 from .array import Device, GPUArray
 from .array_api import (
     __array_api_version__,
@@ -70,6 +70,7 @@ from .creation import (
     zeros_like,
 )
 from .einsum import einsum
+from .graphs import Graph, graph
 from .info import Info, info
 from .interop import from_dlpack
 from .jit import JitKernel, jit
@@ -205,6 +206,8 @@ __all__ = [
     "Device",
     "Event",
     "GPUArray",
+    "Graph",
+    "GraphCaptureError",
     "Info",
     "JitKernel",
     "NVRTCError",
@@ -294,6 +297,7 @@ __all__ = [
     "full_like",
     "gelu",
     "gelu_tanh",
+    "graph",
     "greater",
     "greater_equal",
     "hypot",

@@ -69,3 +69,8 @@ class OutOfMemoryError(PyGPUkitError, MemoryError):
 
 class BackendError(PyGPUkitError, RuntimeError):
     """An operation needs a backend that is not available (for example NVRTC on CPU)."""
+
+
+class GraphCaptureError(PyGPUkitError, RuntimeError):
+    """A graph capture broke one of its rules (a host synchronization inside
+    ``with gp.graph():``, nested captures), or a graph was used before capture."""

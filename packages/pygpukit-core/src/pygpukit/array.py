@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from . import _dtypes, _indexing, _runtime
-from .streams import current_stream_handle
+from .streams import check_not_capturing, current_stream_handle
 
 
 class Device:
@@ -174,6 +174,7 @@ class GPUArray:
     # -- host transfer ----------------------------------------------------
     def to_numpy(self) -> np.ndarray:
         """Copy to a new NumPy array. Waits for the current stream."""
+        check_not_capturing("to_numpy()/item()/repr()/bool()")
         src = self if self._contig else self.copy()
         out = np.empty(self._shape, dtype=self._dtype)
         _runtime.get().ops.to_host(out, src)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Any
 
 from . import _runtime
 
@@ -19,9 +20,21 @@ class _StreamStack(threading.local):
     # A class-level default: reading it never raises AttributeError (which
     # would cost a microsecond on every op).
     stack: list[Stream] | None = None
+    capture: Any = None  # the Graph this thread is capturing (graphs.py)
 
 
 _local = _StreamStack()
+
+
+def check_not_capturing(what: str) -> None:
+    """Raise GraphCaptureError when ``what`` (a host synchronization) happens during a graph capture."""
+    if _local.capture is not None:
+        from ._errors import GraphCaptureError
+
+        raise GraphCaptureError(
+            f"{what} waits for the device, which is not allowed while a graph is being captured; "
+            "move it out of the `with gp.graph():` block"
+        )
 
 
 def current_stream_handle() -> int:
@@ -63,6 +76,7 @@ class Stream:
 
     def synchronize(self) -> None:
         """Block the host until all work queued on this stream is done."""
+        check_not_capturing("Stream.synchronize()")
         if self._rt.backend == "cuda":
             self._rt.native.stream_synchronize(self.handle)
 
@@ -121,6 +135,7 @@ class Event:
         return self
 
     def synchronize(self) -> None:
+        check_not_capturing("Event.synchronize()")
         if self._rt.backend == "cuda":
             self._rt.native.event_synchronize(self.handle)
 
@@ -147,6 +162,7 @@ class Event:
 
 def synchronize() -> None:
     """Wait for all work on the device (all streams)."""
+    check_not_capturing("synchronize()")
     rt = _runtime.get()
     if rt.backend == "cuda":
         rt.native.synchronize()

@@ -18,6 +18,7 @@ import pygpukit as gp
 from .. import _runtime
 from . import peers
 from .elementwise import bench_elementwise
+from .graphs import bench_graphs
 from .harness import Recorder, host_time_us, median_time_ms
 from .random import bench_random
 from .softmax import bench_softmax
@@ -252,6 +253,7 @@ SUITE = {
     "elementwise": bench_elementwise,
     "host_overhead": bench_host_overhead,
     "launch": bench_launch,
+    "graphs": bench_graphs,
     "reductions": bench_reductions,
     "jit": bench_jit,
     "import": bench_import,

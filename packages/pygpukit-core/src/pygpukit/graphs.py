@@ -1,0 +1,215 @@
+"""CUDA graphs: capture a sequence of ops once, replay it with one launch.
+
+::
+
+    x = gp.zeros((1024,))                 # fixed input buffer
+    with gp.graph() as g:                 # ops are recorded, not run
+        y = gp.exp(x) * 2 + 1             # y is allocated from the graph's pool
+    x[...] = new_values                   # update the input in place
+    g.replay()                            # y now holds the result for new_values
+
+Rules, as for every CUDA graph:
+
+- Nothing inside the block may wait for the device: ``to_numpy``, ``item``,
+  ``repr``, ``bool``, ``synchronize`` and ops that read a count back to the
+  host (``nonzero``, boolean-mask indexing, index bounds checks) raise
+  :class:`GraphCaptureError` and the capture is abandoned.
+- The graph reads and writes the same memory on every replay: keep the arrays
+  used inside the block alive as long as you replay, and change inputs in
+  place (``x[...] = v``), never by rebinding the name.
+- Arrays allocated inside the block come from a pool private to the graph
+  (as PyTorch does); that memory lives as long as the graph or the arrays.
+- Values computed on the host at capture time are constants of the graph:
+  Python scalars, shapes, and the random generators' counters (a random op
+  in a graph draws the same numbers on every replay).
+- A replay runs on the current stream (or ``stream=``), after the work
+  already queued there; replays on one stream run one after another.
+
+On the CPU backend the same API records each backend call during the
+block (running it once, as the capture must produce the arrays the block
+uses) and replays them in order, writing into the same arrays.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import _runtime
+from ._errors import CudaError, GraphCaptureError
+from .array import GPUArray
+from .streams import Event, Stream, _local, current_stream_handle
+
+_RELAXED = 2  # CU_STREAM_CAPTURE_MODE_RELAXED: the pool may grow and kernels compile during capture
+
+
+def capturing() -> bool:
+    """Whether this thread is inside a ``with gp.graph():`` block."""
+    return _local.capture is not None
+
+
+class _PoolRouter:
+    """Stands in for the runtime's pool during a capture: allocations on the
+    capture stream come from the graph's private pool, all else from the main one."""
+
+    def __init__(self, main: Any, private: Any, stream: int) -> None:
+        self._main, self._private, self._stream = main, private, stream
+
+    def alloc(self, nbytes: int, stream: int = 0) -> Any:
+        return (self._private if stream == self._stream else self._main).alloc(nbytes, stream)
+
+    def record_stream(self, block: Any, stream: int) -> None:
+        try:
+            self._main.record_stream(block, stream)
+        except ValueError:  # the block belongs to the graph's pool
+            self._private.record_stream(block, stream)
+
+    def __getattr__(self, name: str) -> Any:  # stats, limit, empty_cache...: the main pool's
+        return getattr(self._main, name)
+
+
+class _Recorder:
+    """The CPU backend's capture: runs every backend call and logs it for replay."""
+
+    def __init__(self, ops: Any) -> None:
+        self._ops = ops
+        self.log: list[tuple[Any, tuple[Any, ...], dict[str, Any], Any]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._ops, name)
+        if not callable(attr):
+            return attr
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            result = attr(*args, **kwargs)
+            self.log.append((attr, args, kwargs, result))
+            return result
+
+        return call
+
+
+def _copy_into(dst: Any, src: Any) -> None:
+    if isinstance(dst, GPUArray):
+        _runtime.get().ops.cast(src, dst)
+    elif isinstance(dst, (tuple, list)):
+        for d, s in zip(dst, src, strict=True):
+            _copy_into(d, s)
+
+
+class Graph:
+    """A captured sequence of ops; see the module documentation for the rules."""
+
+    def __init__(self) -> None:
+        self._rt = _runtime.get()
+        self._graph = self._exec = 0
+        self._log: list[tuple[Any, tuple[Any, ...], dict[str, Any], Any]] | None = None
+        self._pool: Any = None
+        self._stream: Stream | None = None
+        self._saved: tuple[Any, Any] | None = None
+        self._ready = False
+
+    # -- capture ---------------------------------------------------------------
+    def __enter__(self) -> Graph:
+        if _local.capture is not None:
+            raise GraphCaptureError("graph captures cannot be nested")
+        if self._ready or self._saved is not None:
+            raise GraphCaptureError("this graph has already been captured; make a new one")
+        rt = self._rt
+        self._stream = Stream()
+        if rt.backend == "cuda":  # the captured work comes after what is already queued
+            self._stream.wait_event(Event().record())
+        self._pool = type(rt.pool)(rt.native.driver_table() if rt.backend == "cuda" else _host_table(), rt.pool.limit)
+        self._saved = (rt.pool, rt.ops)
+        rt.pool = rt.ops.pool = _PoolRouter(rt.pool, self._pool, self._stream.handle)
+        if rt.backend == "cpu":
+            rt.ops = _Recorder(rt.ops)
+        self._stream.__enter__()
+        _local.capture = self
+        if rt.backend == "cuda":
+            try:
+                rt.native.stream_begin_capture(self._stream.handle, _RELAXED)
+            except BaseException:
+                self._restore()
+                raise
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        rt = self._rt
+        try:
+            if rt.backend == "cuda":
+                status = rt.native.stream_capture_status(self._stream.handle)  # type: ignore[union-attr]
+                try:
+                    self._graph = rt.native.stream_end_capture(self._stream.handle)  # type: ignore[union-attr]
+                except CudaError as e:
+                    if exc_type is None:
+                        raise GraphCaptureError(f"the capture was invalidated by an operation it does not allow: {e}") from e
+                    return  # the body's own error explains what went wrong
+                if exc_type is None and status != 1:
+                    raise GraphCaptureError("the capture was invalidated by an operation it does not allow")
+            else:
+                self._log = rt.ops.log
+        finally:
+            self._restore()
+        if exc_type is not None:
+            self._release()
+            return
+        if rt.backend == "cuda":
+            self._exec = rt.native.graph_instantiate(self._graph)
+        self._ready = True
+
+    def _restore(self) -> None:
+        _local.capture = None
+        self._stream.__exit__()  # type: ignore[union-attr]
+        rt = self._rt
+        rt.pool, rt.ops = self._saved  # type: ignore[misc]
+        rt.ops.pool = rt.pool
+
+    # -- use -------------------------------------------------------------------
+    def replay(self, stream: Stream | None = None) -> None:
+        """Run the captured work again (queued on ``stream`` or the current stream)."""
+        if not self._ready:
+            raise GraphCaptureError("replay() needs a graph whose capture has finished")
+        if self._rt.backend == "cuda":
+            self._rt.native.graph_launch(self._exec, stream.handle if stream is not None else current_stream_handle())
+            return
+        for fn, args, kwargs, result in self._log or ():
+            _copy_into(result, fn(*args, **kwargs))
+
+    @property
+    def num_nodes(self) -> int:
+        """Captured operations (kernels, copies, memsets); backend calls on the CPU."""
+        if not self._ready:
+            raise GraphCaptureError("the graph has not been captured yet")
+        if self._rt.backend == "cuda":
+            return int(self._rt.native.graph_node_count(self._graph))
+        return len(self._log or ())
+
+    def _release(self) -> None:
+        native = self._rt.native
+        if self._exec:
+            native.graph_exec_destroy(self._exec)
+        if self._graph:
+            native.graph_destroy(self._graph)
+        self._exec = self._graph = 0
+        self._log = None
+        self._ready = False
+
+    def __del__(self) -> None:
+        try:
+            self._release()
+        except Exception:  # interpreter shutdown: the driver may be gone already
+            pass
+
+    def __repr__(self) -> str:
+        state = f"{self.num_nodes} nodes" if self._ready else "not captured"
+        return f"<pygpukit.Graph {state}>"
+
+
+def _host_table() -> Any:
+    from . import _rt
+
+    return _rt.host_table()
+
+
+def graph() -> Graph:
+    """A new graph, to be captured with ``with gp.graph() as g:`` and run with ``g.replay()``."""
+    return Graph()

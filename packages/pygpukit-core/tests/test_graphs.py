@@ -1,0 +1,111 @@
+"""CUDA graphs: capture, replay with updated inputs, the private pool, the rules.
+The same tests run on the CPU backend's recording twin."""
+
+import numpy as np
+import pytest
+
+import pygpukit as gp
+from gp_testing import random_array
+
+
+def test_replay_recomputes_from_updated_inputs(rng):
+    x_host = random_array(rng, (1000,), np.float32)
+    x = gp.from_numpy(x_host)
+    w = gp.from_numpy(random_array(rng, (1000,), np.float32))
+    with gp.graph() as g:
+        y = gp.exp(x / 8) * w + 1  # temporaries and y come from the graph's pool
+        s = gp.sum(y)
+        z = gp.softmax(y.reshape(10, 100), axis=-1)
+    assert g.num_nodes >= 4
+    for _ in range(3):
+        new = random_array(rng, (1000,), np.float32)
+        x[...] = new
+        g.replay()
+        want = np.exp(new.astype(np.float64) / 8) * w.to_numpy() + 1
+        np.testing.assert_allclose(y.to_numpy(), want, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(s.item(), want.sum(), rtol=1e-5)
+        e = np.exp(want.reshape(10, 100) - want.reshape(10, 100).max(-1, keepdims=True))
+        np.testing.assert_allclose(z.to_numpy(), e / e.sum(-1, keepdims=True), rtol=1e-5)
+
+
+def test_capture_does_not_run_until_replayed_on_gpu():
+    if gp.backend() != "cuda":
+        pytest.skip("the CPU twin runs the ops once while recording them")
+    x = gp.ones((256,))
+    with gp.graph() as g:
+        x += 1  # in place: recorded, not run
+    assert x.to_numpy()[0] == 1.0
+    g.replay()
+    g.replay()
+    assert x.to_numpy()[0] == 3.0
+
+
+def test_in_place_chain_and_streams():
+    acc = gp.zeros((64,), gp.float32)
+    one = gp.ones((64,), gp.float32)
+    with gp.graph() as g:
+        for _ in range(10):
+            gp.add(acc, one, out=acc)
+    start = acc.to_numpy()[0]  # 0 on the GPU, 10 on the CPU twin (ran once while recording)
+    s = gp.Stream()
+    g.replay(stream=s)
+    with s:
+        g.replay()
+    s.synchronize()
+    assert acc.to_numpy()[0] == start + 20
+
+
+@pytest.mark.parametrize(
+    "body",
+    [lambda x: x.to_numpy(), lambda x: x.sum().item(), lambda x: bool(x[0] > 0), lambda x: repr(x), lambda x: gp.synchronize()],
+    ids=["to_numpy", "item", "bool", "repr", "synchronize"],
+)
+def test_host_synchronization_inside_capture_is_an_error(body):
+    x = gp.ones((8,))
+    with pytest.raises(gp.GraphCaptureError, match="not allowed while a graph is being captured"):
+        with gp.graph():
+            y = x * 2
+            body(y)
+    # the capture was abandoned cleanly: ops and syncs work again
+    np.testing.assert_array_equal((x * 3).to_numpy(), np.full(8, 3.0))
+    gp.synchronize()
+
+
+def test_graph_misuse():
+    g = gp.graph()
+    with pytest.raises(gp.GraphCaptureError, match="has finished"):
+        g.replay()
+    with pytest.raises(gp.GraphCaptureError, match="not been captured"):
+        _ = g.num_nodes
+    x = gp.ones((4,))
+    with g:
+        x * 2
+        with pytest.raises(gp.GraphCaptureError, match="nested"):
+            with gp.graph():
+                pass
+    with pytest.raises(gp.GraphCaptureError, match="already been captured"):
+        with g:
+            pass
+    assert "nodes" in repr(g)
+
+
+def test_error_inside_capture_propagates_and_restores():
+    x = gp.ones((4,))
+    with pytest.raises(ValueError, match="broadcast"):
+        with gp.graph():
+            x + gp.ones((5,))
+    assert not gp.graphs.capturing()
+    np.testing.assert_array_equal((x + 1).to_numpy(), np.full(4, 2.0))
+
+
+def test_private_pool_memory_is_not_shared_after_capture(rng):
+    x = gp.from_numpy(random_array(rng, (4096,), np.float32))
+    with gp.graph() as g:
+        tmp = x * 2
+        y = tmp + 1
+        del tmp  # freed inside the capture: stays with the graph's pool
+    others = [gp.full((4096,), 7.0) for _ in range(4)]  # main-pool allocations made after capture
+    g.replay()
+    for o in others:
+        np.testing.assert_array_equal(o.to_numpy(), np.full(4096, 7.0, np.float32))
+    np.testing.assert_allclose(y.to_numpy(), x.to_numpy() * 2 + 1)
