@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import pygpukit as gp
-from gp_testing import ALL_DTYPES, random_array
+from gp_testing import ALL_DTYPES, FLOAT_DTYPES, random_array
 
 AXES = [None, 0, 1, 2, -1, (0, 1), (1, 2), (0, 2), (0, 1, 2)]
 
@@ -130,3 +130,19 @@ def test_large_reductions_on_gpu(rng):
     np.testing.assert_allclose(a.sum(axis=0).to_numpy(), host.astype(np.float64).sum(axis=0), rtol=1e-4, atol=1e-3)
     np.testing.assert_array_equal(a.max(axis=1).to_numpy(), host.max(axis=1))
     np.testing.assert_array_equal(a.argmax(axis=1).to_numpy(), host.argmax(axis=1))
+
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=str)
+@pytest.mark.parametrize("k", [160, 4096 + 16, 37])
+def test_arg_reductions_ties_and_nan(rng, dtype, k):
+    # rows long enough for the vectorised kernel (k a multiple of 16) and not; few distinct
+    # values, so the first of tied extremes must win; NaN (floats) wins over everything
+    host = rng.integers(0, 4, size=(5, k)).astype(dtype)
+    if np.dtype(dtype) in FLOAT_DTYPES:
+        host[1, k // 3] = np.nan
+        host[1, k // 2] = np.nan
+    a = gp.from_numpy(host)
+    ref = host.astype(np.float64) if np.dtype(dtype) in FLOAT_DTYPES else host
+    np.testing.assert_array_equal(a.argmax(axis=1).to_numpy(), np.argmax(ref, axis=1))
+    np.testing.assert_array_equal(a.argmin(axis=1).to_numpy(), np.argmin(ref, axis=1))
+    np.testing.assert_array_equal(a[:, 1:].argmax(axis=1).to_numpy(), np.argmax(ref[:, 1:], axis=1))  # other row lengths

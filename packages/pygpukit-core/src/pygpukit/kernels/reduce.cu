@@ -170,7 +170,13 @@ __device__ __forceinline__ bool better(TC a, long long ia, TC b, long long ib) {
   return MAX ? a > b : a < b;
 }
 
-template <bool MAX, class TI, class TC>
+// VEC elements per load (the host passes VEC > 1 only when K is a multiple of
+// VEC and the rows are 16-byte aligned); kArgUnroll loads in flight per thread
+// before their compares, which form a dependency chain. The tie rule in
+// better() makes the visiting order irrelevant.
+constexpr int kArgUnroll = 4;
+
+template <bool MAX, class TI, class TC, int VEC>
 __global__ void __launch_bounds__(kReduceThreads)
 arg_reduce_rows(const TI* __restrict__ x, long long* __restrict__ out, long long M, long long K) {
   __shared__ TC s_val[kReduceThreads / 32];
@@ -179,9 +185,26 @@ arg_reduce_rows(const TI* __restrict__ x, long long* __restrict__ out, long long
     const TI* row = x + r * K;
     TC best = cast<TC>(row[0]);
     long long bi = 0;
-    for (long long k = threadIdx.x; k < K; k += blockDim.x) {
-      TC v = cast<TC>(row[k]);
-      if (better<MAX>(v, k, best, bi)) { best = v; bi = k; }
+    const Vec<TI, VEC>* rv = reinterpret_cast<const Vec<TI, VEC>*>(row);
+    const long long kv_n = K / VEC;
+    for (long long kv = threadIdx.x; kv < kv_n; kv += (long long)blockDim.x * kArgUnroll) {
+      Vec<TI, VEC> buf[kArgUnroll];
+#pragma unroll
+      for (int u = 0; u < kArgUnroll; ++u) {
+        const long long i = kv + (long long)u * blockDim.x;
+        if (i < kv_n) buf[u] = rv[i];
+      }
+#pragma unroll
+      for (int u = 0; u < kArgUnroll; ++u) {
+        const long long i = kv + (long long)u * blockDim.x;
+        if (i < kv_n) {
+#pragma unroll
+          for (int e = 0; e < VEC; ++e) {
+            const TC v = cast<TC>(buf[u].v[e]);
+            if (better<MAX>(v, i * VEC + e, best, bi)) { best = v; bi = i * VEC + e; }
+          }
+        }
+      }
     }
 #pragma unroll
     for (int off = 16; off > 0; off >>= 1) {
