@@ -2,6 +2,7 @@ import numpy as np
 import pytest
 
 import pygpukit as gp
+from gp_testing import random_array
 
 
 def test_stream_context_makes_it_current():
@@ -71,3 +72,55 @@ def test_record_stream_holds_memory_for_another_stream():
     assert c.sum().item() == 0
     np.testing.assert_array_equal(b.to_numpy(), np.arange(1 << 16, dtype=np.float32) * 2)
     assert gp.memory.stats()["num_pending_frees"] == 0
+
+
+def test_on_stream_queues_on_the_given_stream():
+    @gp.streams.on_stream
+    def where_am_i():
+        return gp.current_stream()
+
+    s = gp.Stream()
+    assert where_am_i(stream=s) is s
+    assert where_am_i() is not s
+    with pytest.raises(TypeError, match=r"stream must be a pygpukit\.Stream"):
+        where_am_i(stream=7)
+
+
+def _stream_calls(a, b, i):
+    """Every kind of public op, called with stream=."""
+    return {
+        "ufunc": lambda s: gp.exp(a, stream=s),
+        "binary ufunc": lambda s: gp.add(a, b, stream=s),
+        "where": lambda s: gp.where(a > 0, a, b, stream=s),
+        "clip": lambda s: gp.clip(a, -1, 1, stream=s),
+        "zeros": lambda s: gp.zeros((3, 4), stream=s),
+        "arange": lambda s: gp.arange(12, stream=s),
+        "asarray": lambda s: gp.asarray(np.ones(4), stream=s),
+        "tril": lambda s: gp.tril(a, stream=s),
+        "sum": lambda s: gp.sum(a, axis=1, stream=s),
+        "argmax method": lambda s: a.argmax(axis=0, stream=s),
+        "cumsum": lambda s: gp.cumsum(a, axis=1, stream=s),
+        "concatenate": lambda s: gp.concatenate([a, b], stream=s),
+        "take": lambda s: gp.take(a, i, axis=1, stream=s),
+        "sort": lambda s: gp.sort(a, stream=s),
+        "softmax": lambda s: gp.softmax(a, stream=s),
+        "matmul": lambda s: gp.matmul(a, b.T, stream=s),
+        "einsum": lambda s: gp.einsum("ij,kj->ik", a, b, stream=s),
+        "copy": lambda s: a.copy(stream=s),
+        "astype": lambda s: a.astype(gp.float16, stream=s),
+        "to_numpy": lambda s: a.to_numpy(stream=s),
+        "random": lambda s: gp.random.default_rng(3).normal(size=(3, 4), stream=s),
+    }
+
+
+def test_every_kind_of_op_accepts_stream(rng):
+    host_a, host_b = random_array(rng, (3, 4), np.float32), random_array(rng, (3, 4), np.float32)
+    a, b, i = gp.from_numpy(host_a), gp.from_numpy(host_b), gp.from_numpy(np.array([3, 0]))
+    s = gp.Stream()
+    for name, call in _stream_calls(a, b, i).items():
+        on_s = call(s)
+        s.synchronize()
+        plain = call(None)
+        got = on_s if isinstance(on_s, np.ndarray) else on_s.to_numpy()
+        want = plain if isinstance(plain, np.ndarray) else plain.to_numpy()
+        np.testing.assert_array_equal(got, want, err_msg=name)

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from . import _dtypes, _indexing, _runtime
-from .streams import check_not_capturing, current_stream_handle
+from .streams import check_not_capturing, current_stream_handle, on_stream
 
 
 class Device:
@@ -172,6 +172,7 @@ class GPUArray:
         return self._shape[0]
 
     # -- host transfer ----------------------------------------------------
+    @on_stream
     def to_numpy(self) -> np.ndarray:
         """Copy to a new NumPy array. Waits for the current stream."""
         check_not_capturing("to_numpy()/item()/repr()/bool()")
@@ -186,6 +187,7 @@ class GPUArray:
         out = self.to_numpy()
         return out if dtype is None else out.astype(dtype, copy=False)
 
+    @on_stream
     def item(self) -> Any:
         """The single element as a Python scalar. Waits for the current stream."""
         if self._size != 1:
@@ -204,12 +206,14 @@ class GPUArray:
         return bool(self.item())
 
     # -- copies -----------------------------------------------------------
+    @on_stream
     def copy(self) -> GPUArray:
         """A contiguous copy (queued on the current stream)."""
         out = GPUArray._empty(self._shape, self._dtype)
         _runtime.get().ops.cast(self, out)
         return out
 
+    @on_stream
     def astype(self, dtype: Any, copy: bool = True) -> GPUArray:
         """Convert to ``dtype`` with NumPy's casting (values are converted, not reinterpreted)."""
         dt = _dtypes.as_dtype(dtype)
@@ -285,57 +289,68 @@ class GPUArray:
         return _rmatmul_operator(self, other)
 
     # -- reductions (pygpukit.reductions) --------------------------------------
+    @on_stream
     def sum(self, axis: Any = None, dtype: Any = None, keepdims: bool = False) -> GPUArray:
         """Sum, with NumPy's result dtype; see ``gp.sum``."""
         from . import reductions
 
         return reductions.sum(self, axis, dtype, keepdims)
 
+    @on_stream
     def prod(self, axis: Any = None, dtype: Any = None, keepdims: bool = False) -> GPUArray:
         from . import reductions
 
         return reductions.prod(self, axis, dtype, keepdims)
 
+    @on_stream
     def max(self, axis: Any = None, keepdims: bool = False) -> GPUArray:
         from . import reductions
 
         return reductions.max(self, axis, keepdims)
 
+    @on_stream
     def min(self, axis: Any = None, keepdims: bool = False) -> GPUArray:
         from . import reductions
 
         return reductions.min(self, axis, keepdims)
 
+    @on_stream
     def all(self, axis: Any = None, keepdims: bool = False) -> GPUArray:
         from . import reductions
 
         return reductions.all(self, axis, keepdims)
 
+    @on_stream
     def any(self, axis: Any = None, keepdims: bool = False) -> GPUArray:
         from . import reductions
 
         return reductions.any(self, axis, keepdims)
 
+    @on_stream
     def mean(self, axis: Any = None, dtype: Any = None, keepdims: bool = False) -> GPUArray:
         from . import reductions
 
         return reductions.mean(self, axis, dtype, keepdims)
 
+    @on_stream
     def var(self, axis: Any = None, dtype: Any = None, ddof: int = 0, keepdims: bool = False) -> GPUArray:
         from . import reductions
 
         return reductions.var(self, axis, dtype, ddof, keepdims)
 
+    @on_stream
     def std(self, axis: Any = None, dtype: Any = None, ddof: int = 0, keepdims: bool = False) -> GPUArray:
         from . import reductions
 
         return reductions.std(self, axis, dtype, ddof, keepdims)
 
+    @on_stream
     def argmax(self, axis: int | None = None, keepdims: bool = False) -> GPUArray:
         from . import reductions
 
         return reductions.argmax(self, axis, keepdims)
 
+    @on_stream
     def argmin(self, axis: int | None = None, keepdims: bool = False) -> GPUArray:
         from . import reductions
 
@@ -476,6 +491,7 @@ class GPUArray:
         """A 1-D view when possible, else a 1-D copy."""
         return self.reshape(-1)
 
+    @on_stream
     def flatten(self) -> GPUArray:
         """A 1-D copy, always."""
         return self.copy().reshape(-1)

@@ -11,6 +11,7 @@ from typing import Any
 from . import _dtypes, ufuncs
 from .array import GPUArray
 from .shape import concatenate
+from .streams import on_stream
 
 __array_api_version__ = "2023.12"
 
@@ -28,6 +29,7 @@ pow = ufuncs.power
 concat = concatenate
 
 
+@on_stream
 def astype(x: GPUArray, dtype: Any, /, *, copy: bool = True) -> GPUArray:
     """``x`` converted to ``dtype``; with ``copy=False`` ``x`` itself when it already has it."""
     if not isinstance(x, GPUArray):
@@ -76,6 +78,7 @@ def matrix_transpose(x: GPUArray, /) -> GPUArray:
     return x.swapaxes(-1, -2)
 
 
+@on_stream
 def vecdot(x1: GPUArray, x2: GPUArray, /, *, axis: int = -1) -> GPUArray:
     """Dot products of the vectors along ``axis`` (the other axes broadcast)."""
     from .reductions import sum as _sum

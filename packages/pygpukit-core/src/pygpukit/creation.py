@@ -10,13 +10,16 @@ import numpy as np
 
 from . import _dtypes, _runtime
 from .array import GPUArray, normalize_shape
+from .streams import on_stream
 
 
+@on_stream
 def empty(shape: Any, dtype: Any = _dtypes.float64) -> GPUArray:
     """An uninitialized array (its contents are whatever the pool block held)."""
     return GPUArray._empty(normalize_shape(shape), _dtypes.as_dtype(dtype))
 
 
+@on_stream
 def full(shape: Any, fill_value: Any, dtype: Any = None) -> GPUArray:
     """An array filled with ``fill_value``; dtype inferred from it as NumPy does when None."""
     if dtype is None:
@@ -30,14 +33,17 @@ def full(shape: Any, fill_value: Any, dtype: Any = None) -> GPUArray:
     return out
 
 
+@on_stream
 def zeros(shape: Any, dtype: Any = _dtypes.float64) -> GPUArray:
     return full(shape, 0, dtype)
 
 
+@on_stream
 def ones(shape: Any, dtype: Any = _dtypes.float64) -> GPUArray:
     return full(shape, 1, dtype)
 
 
+@on_stream
 def arange(start: Any, stop: Any = None, step: Any = 1, dtype: Any = None) -> GPUArray:
     """Evenly spaced values in [start, stop): ``arange(stop)``, ``arange(start, stop, step)``."""
     if stop is None:
@@ -59,6 +65,7 @@ def arange(start: Any, stop: Any = None, step: Any = 1, dtype: Any = None) -> GP
     return out
 
 
+@on_stream
 def from_numpy(array: np.ndarray) -> GPUArray:
     """Copy a C-contiguous NumPy array to pygpukit memory (queued on the current stream).
 
@@ -79,6 +86,7 @@ def from_numpy(array: np.ndarray) -> GPUArray:
     return out
 
 
+@on_stream
 def asarray(obj: Any, dtype: Any = None, copy: bool | None = None) -> GPUArray:
     """Convert ``obj`` (GPUArray, NumPy array, scalar or nested sequence) to a GPUArray.
 
@@ -105,26 +113,31 @@ def _like(a: GPUArray, dtype: Any, shape: Any) -> tuple[Any, Any]:
     return (a.shape if shape is None else shape), (a.dtype if dtype is None else dtype)
 
 
+@on_stream
 def empty_like(a: GPUArray, dtype: Any = None, shape: Any = None) -> GPUArray:
     s, d = _like(a, dtype, shape)
     return empty(s, d)
 
 
+@on_stream
 def zeros_like(a: GPUArray, dtype: Any = None, shape: Any = None) -> GPUArray:
     s, d = _like(a, dtype, shape)
     return zeros(s, d)
 
 
+@on_stream
 def ones_like(a: GPUArray, dtype: Any = None, shape: Any = None) -> GPUArray:
     s, d = _like(a, dtype, shape)
     return ones(s, d)
 
 
+@on_stream
 def full_like(a: GPUArray, fill_value: Any, dtype: Any = None, shape: Any = None) -> GPUArray:
     s, d = _like(a, dtype, shape)
     return full(s, fill_value, d)
 
 
+@on_stream
 def linspace(start: float, stop: float, num: int = 50, endpoint: bool = True, dtype: Any = None) -> GPUArray:
     """``num`` evenly spaced values from start to stop, computed as NumPy does
     (start + i * step in float64, the last value set to stop exactly)."""
@@ -141,6 +154,7 @@ def linspace(start: float, stop: float, num: int = 50, endpoint: bool = True, dt
     return y.astype(dt, copy=False)
 
 
+@on_stream
 def eye(n: int, m: int | None = None, k: int = 0, dtype: Any = _dtypes.float64) -> GPUArray:
     """An n x m array with ones on diagonal ``k`` (a strided view of the flat array is filled)."""
     n = operator.index(n)
@@ -154,6 +168,7 @@ def eye(n: int, m: int | None = None, k: int = 0, dtype: Any = _dtypes.float64) 
     return out
 
 
+@on_stream
 def identity(n: int, dtype: Any = _dtypes.float64) -> GPUArray:
     return eye(n, dtype=dtype)
 
@@ -172,11 +187,13 @@ def _triangle(a: GPUArray, k: int, lower: bool, name: str) -> GPUArray:
     return where(keep, a, zeros((), a.dtype))
 
 
+@on_stream
 def tril(a: GPUArray, k: int = 0) -> GPUArray:
     """A copy of ``a`` with the elements above diagonal ``k`` of its last two axes zeroed."""
     return _triangle(a, k, True, "tril")
 
 
+@on_stream
 def triu(a: GPUArray, k: int = 0) -> GPUArray:
     """A copy of ``a`` with the elements below diagonal ``k`` of its last two axes zeroed."""
     return _triangle(a, k, False, "triu")

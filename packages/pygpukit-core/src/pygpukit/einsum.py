@@ -30,12 +30,14 @@ import numpy as np
 
 from . import _dtypes
 from .array import GPUArray
+from .streams import on_stream
 
 Label = str | int  # a letter, or the position of a broadcast dimension under "..."
 
 _NO_ELLIPSIS = "but no '...' ellipsis provided to broadcast the extra dimensions."
 
 
+@on_stream
 def einsum(subscripts: Any, *operands: Any, optimize: Any = False) -> GPUArray:
     """Evaluate the Einstein summation ``subscripts`` over ``operands`` (GPUArrays,
     or NumPy arrays, scalars and sequences, copied over), as numpy.einsum."""

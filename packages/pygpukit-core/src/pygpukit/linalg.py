@@ -14,8 +14,10 @@ import numpy as np
 
 from . import _dtypes, _runtime
 from .array import GPUArray, broadcast_to
+from .streams import on_stream
 
 
+@on_stream
 def matmul(a: GPUArray, b: GPUArray) -> GPUArray:
     """Matrix product with NumPy's rules: 1-D operands are promoted and the added
     axis removed, leading axes broadcast as a batch; no 0-d operands."""
@@ -46,6 +48,7 @@ def matmul(a: GPUArray, b: GPUArray) -> GPUArray:
     return out
 
 
+@on_stream
 def dot(a: GPUArray, b: GPUArray) -> GPUArray:
     """NumPy's dot for 1-D and 2-D operands (inner product; matrix product)."""
     if a.ndim > 2 or b.ndim > 2:
@@ -55,6 +58,7 @@ def dot(a: GPUArray, b: GPUArray) -> GPUArray:
     return matmul(a, b)
 
 
+@on_stream
 def vdot(a: GPUArray, b: GPUArray) -> GPUArray:
     """Dot product of the flattened operands."""
     if a.size != b.size:
@@ -62,6 +66,7 @@ def vdot(a: GPUArray, b: GPUArray) -> GPUArray:
     return matmul(a.reshape(-1), b.reshape(-1))
 
 
+@on_stream
 def outer(a: GPUArray, b: GPUArray) -> GPUArray:
     """Outer product of the flattened operands (an elementwise product with broadcasting)."""
     return a.reshape(-1, 1) * b.reshape(1, -1)

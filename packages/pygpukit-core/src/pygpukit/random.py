@@ -38,6 +38,7 @@ import numpy as np
 
 from . import _dtypes, _runtime
 from .array import GPUArray, normalize_shape
+from .streams import on_stream
 
 _MASK32 = (1 << 32) - 1
 _MASK64 = (1 << 64) - 1
@@ -285,11 +286,13 @@ class Generator:
             raise ValueError(f"state needs an integer key in [0, 2**64) and offset in [0, 2**128), got {key!r}, {offset!r}")
         self._key, self._offset = key, offset
 
+    @on_stream
     def random(self, size: Any = None, dtype: Any = _dtypes.float32) -> GPUArray:
         """Floats in [0, 1)."""
         dt = _float_dtype(dtype, "random")
         return self._draw(_uniform_dist(dt), _shape(size), dt, 0.0, 1.0)
 
+    @on_stream
     def uniform(self, low: Any = 0.0, high: Any = 1.0, size: Any = None, dtype: Any = _dtypes.float32) -> GPUArray:
         """low + (high - low) * u, u in [0, 1) (rounding can give ``high``, as in NumPy).
         ``low`` and ``high`` may be arrays: they broadcast with each other and ``size``."""
@@ -303,11 +306,13 @@ class Generator:
             raise OverflowError(f"uniform: high - low = {span} is out of range for {dt}")
         return self._draw(_uniform_dist(dt), _shape(size), dt, lo, span)
 
+    @on_stream
     def standard_normal(self, size: Any = None, dtype: Any = _dtypes.float32) -> GPUArray:
         """Normal values with mean 0 and standard deviation 1."""
         dt = _float_dtype(dtype, "standard_normal")
         return self._draw(_normal_dist(dt), _shape(size), dt, 0.0, 1.0)
 
+    @on_stream
     def normal(self, loc: Any = 0.0, scale: Any = 1.0, size: Any = None, dtype: Any = _dtypes.float32) -> GPUArray:
         """loc + scale * z, z standard normal; ``scale`` >= 0. ``loc`` and ``scale`` may
         be arrays (then checking scale reads it back: one synchronization)."""
@@ -319,6 +324,7 @@ class Generator:
             raise ValueError(f"normal: scale < 0 (got {b})")
         return self._draw(_normal_dist(dt), _shape(size), dt, a, b)
 
+    @on_stream
     def integers(self, low: Any, high: Any = None, size: Any = None, dtype: Any = _dtypes.int64, endpoint: bool = False) -> GPUArray:
         """Integers in [low, high) ([low, high] with ``endpoint``); [0, low) when high is None."""
         dt = _dtypes.as_dtype(dtype)
@@ -339,6 +345,7 @@ class Generator:
         r = hi - lo + 1
         return self._draw(_INT_SMALL if r <= 1 << 32 else _INT_LARGE, _shape(size), dt, lo & _MASK64, r & _MASK64)
 
+    @on_stream
     def bernoulli(self, p: Any = 0.5, size: Any = None, dtype: Any = _dtypes.bool_) -> GPUArray:
         """1 (True) with probability ``p`` (rounded to a multiple of 2^-32), else 0."""
         dt = _dtypes.as_dtype(dtype)
@@ -401,38 +408,46 @@ def seed(seed: Any = None) -> None:
     _default = Generator(seed)
 
 
+@on_stream
 def rand(*shape: int, dtype: Any = _dtypes.float32) -> GPUArray:
     """Floats in [0, 1) of the given shape: ``rand(2, 3)``; ``rand()`` is 0-d."""
     return _global().random(shape, dtype)
 
 
+@on_stream
 def randn(*shape: int, dtype: Any = _dtypes.float32) -> GPUArray:
     """Standard normal values of the given shape: ``randn(2, 3)``."""
     return _global().standard_normal(shape, dtype)
 
 
+@on_stream
 def randint(low: Any, high: Any = None, size: Any = None, dtype: Any = _dtypes.int64) -> GPUArray:
     """Integers in [low, high), or [0, low) when high is None."""
     return _global().integers(low, high, size, dtype)
 
 
+@on_stream
 def random(size: Any = None, dtype: Any = _dtypes.float32) -> GPUArray:
     """Floats in [0, 1)."""
     return _global().random(size, dtype)
 
 
+@on_stream
 def uniform(low: Any = 0.0, high: Any = 1.0, size: Any = None, dtype: Any = _dtypes.float32) -> GPUArray:
     return _global().uniform(low, high, size, dtype)
 
 
+@on_stream
 def standard_normal(size: Any = None, dtype: Any = _dtypes.float32) -> GPUArray:
     return _global().standard_normal(size, dtype)
 
 
+@on_stream
 def normal(loc: Any = 0.0, scale: Any = 1.0, size: Any = None, dtype: Any = _dtypes.float32) -> GPUArray:
     return _global().normal(loc, scale, size, dtype)
 
 
+@on_stream
 def bernoulli(p: Any = 0.5, size: Any = None, dtype: Any = _dtypes.bool_) -> GPUArray:
     return _global().bernoulli(p, size, dtype)
 

@@ -21,6 +21,7 @@ import numpy as np
 
 from . import _dtypes, _runtime
 from .array import GPUArray, _normalize_axis
+from .streams import on_stream
 
 _NAMES = {"sum": "add", "prod": "multiply", "max": "maximum", "min": "minimum"}
 
@@ -105,29 +106,35 @@ def _reduce(op: str, x: Any, axis: Any, keepdims: bool, dtype: Any = None) -> GP
     return out
 
 
+@on_stream
 def sum(x: GPUArray, axis: Any = None, dtype: Any = None, keepdims: bool = False) -> GPUArray:
     """Sum with NumPy's result dtype (int64 for integers and bool, uint64 for unsigned)."""
     return _reduce("sum", x, axis, keepdims, dtype)
 
 
+@on_stream
 def prod(x: GPUArray, axis: Any = None, dtype: Any = None, keepdims: bool = False) -> GPUArray:
     return _reduce("prod", x, axis, keepdims, dtype)
 
 
+@on_stream
 def max(x: GPUArray, axis: Any = None, keepdims: bool = False) -> GPUArray:
     """Maximum; NaN propagates (as numpy.max)."""
     return _reduce("max", x, axis, keepdims)
 
 
+@on_stream
 def min(x: GPUArray, axis: Any = None, keepdims: bool = False) -> GPUArray:
     """Minimum; NaN propagates (as numpy.min)."""
     return _reduce("min", x, axis, keepdims)
 
 
+@on_stream
 def all(x: GPUArray, axis: Any = None, keepdims: bool = False) -> GPUArray:
     return _reduce("all", x, axis, keepdims)
 
 
+@on_stream
 def any(x: GPUArray, axis: Any = None, keepdims: bool = False) -> GPUArray:
     return _reduce("any", x, axis, keepdims)
 
@@ -138,6 +145,7 @@ def _mean_dtype(dt: np.dtype, dtype: Any) -> np.dtype:
     return dt if _dtypes.is_float(dt) else _dtypes.float64
 
 
+@on_stream
 def mean(x: GPUArray, axis: Any = None, dtype: Any = None, keepdims: bool = False) -> GPUArray:
     """Arithmetic mean; integers give float64, floats keep their dtype (float16 and
     bfloat16 are accumulated in float32, as NumPy does for float16)."""
@@ -148,6 +156,7 @@ def mean(x: GPUArray, axis: Any = None, dtype: Any = None, keepdims: bool = Fals
     return (s / float(count) if count else s * math.nan).astype(out_dt, copy=False)
 
 
+@on_stream
 def var(x: GPUArray, axis: Any = None, dtype: Any = None, ddof: int = 0, keepdims: bool = False) -> GPUArray:
     """Variance, two passes (mean, then squared deviations), with ``ddof`` as NumPy."""
     out_dt = _mean_dtype(x.dtype, dtype)
@@ -163,6 +172,7 @@ def var(x: GPUArray, axis: Any = None, dtype: Any = None, ddof: int = 0, keepdim
     return (ss / float(denom if denom > 0 else 0)).astype(out_dt, copy=False)
 
 
+@on_stream
 def std(x: GPUArray, axis: Any = None, dtype: Any = None, ddof: int = 0, keepdims: bool = False) -> GPUArray:
     """Standard deviation, sqrt(var) with NumPy's ``ddof`` and dtype rules; the square
     root is taken in the accumulator dtype and the result rounded once."""
@@ -194,12 +204,14 @@ def _scan(op: str, x: Any, axis: int | None, dtype: Any) -> GPUArray:
     return out.transpose(inverse).copy() if ax != x.ndim - 1 else out
 
 
+@on_stream
 def cumsum(x: GPUArray, axis: int | None = None, dtype: Any = None) -> GPUArray:
     """Inclusive cumulative sum along ``axis`` (of the flattened array when None);
     NumPy's dtype (int64 for integers), floats accumulated in float32 or float64."""
     return _scan("cumsum", x, axis, dtype)
 
 
+@on_stream
 def cumprod(x: GPUArray, axis: int | None = None, dtype: Any = None) -> GPUArray:
     """Inclusive cumulative product along ``axis`` (of the flattened array when None)."""
     return _scan("cumprod", x, axis, dtype)
@@ -226,10 +238,12 @@ def _arg(is_max: bool, x: Any, axis: Any, keepdims: bool) -> GPUArray:
     return out
 
 
+@on_stream
 def argmax(x: GPUArray, axis: int | None = None, keepdims: bool = False) -> GPUArray:
     """Index of the first maximum (of the flattened array when axis is None); NaN counts as maximal."""
     return _arg(True, x, axis, keepdims)
 
 
+@on_stream
 def argmin(x: GPUArray, axis: int | None = None, keepdims: bool = False) -> GPUArray:
     return _arg(False, x, axis, keepdims)

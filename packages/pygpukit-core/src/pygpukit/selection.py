@@ -12,6 +12,7 @@ import numpy as np
 
 from . import _dtypes, _indexing, _runtime
 from .array import GPUArray, _normalize_axis, broadcast_to
+from .streams import on_stream
 
 
 def _index_array(indices: Any) -> GPUArray:
@@ -32,6 +33,7 @@ def _check_bounds(idx: GPUArray, n: int, axis: int) -> None:
         raise IndexError(f"index {bad} is out of bounds for axis {axis} with size {n}")
 
 
+@on_stream
 def nonzero(a: GPUArray) -> tuple[GPUArray, ...]:
     """Indices of the non-zero (true) elements, one int64 array per dimension, in C
     order. The number of results is read back to the host (one synchronization)."""
@@ -48,6 +50,7 @@ def nonzero(a: GPUArray) -> tuple[GPUArray, ...]:
     return tuple(idx[d] for d in range(a.ndim))
 
 
+@on_stream
 def count_nonzero(a: GPUArray, axis: Any = None, keepdims: bool = False) -> GPUArray:
     """Number of non-zero (true) elements, as int64."""
     from .reductions import sum as _sum
@@ -63,6 +66,7 @@ def masked(a: GPUArray, mask: GPUArray) -> GPUArray:
     return take(a.reshape(-1), flat)
 
 
+@on_stream
 def take(a: GPUArray, indices: Any, axis: int | None = None) -> GPUArray:
     """Elements of ``a`` at ``indices`` along ``axis`` (of the flattened array when None)."""
     if not isinstance(a, GPUArray):
@@ -79,6 +83,7 @@ def take(a: GPUArray, indices: Any, axis: int | None = None) -> GPUArray:
     return _runtime.get().ops.gather(src, idx, out_shape, n, max(idx.size, 1), inner, False)
 
 
+@on_stream
 def take_along_axis(a: GPUArray, indices: Any, axis: int) -> GPUArray:
     """``out[..., j, ...] = a[..., indices[..., j, ...], ...]`` along ``axis`` (NumPy broadcasting
     of the other axes), e.g. with the result of argsort or argmax(keepdims=True)."""

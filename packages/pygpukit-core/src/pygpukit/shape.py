@@ -6,6 +6,7 @@ import itertools
 from typing import Any
 
 from .array import GPUArray, broadcast_to, expand_dims
+from .streams import on_stream
 
 __all__ = [
     "ascontiguousarray", "broadcast_to", "concatenate", "expand_dims", "flip", "pad", "permute_dims", "ravel",
@@ -13,31 +14,38 @@ __all__ = [
 ]  # fmt: skip
 
 
+@on_stream
 def reshape(a: GPUArray, shape: Any) -> GPUArray:
     return a.reshape(shape)
 
 
+@on_stream
 def transpose(a: GPUArray, axes: Any = None) -> GPUArray:
     return a.transpose(axes)
 
 
+@on_stream
 def permute_dims(a: GPUArray, axes: Any) -> GPUArray:
     """The array API name of transpose with explicit axes."""
     return a.transpose(tuple(axes))
 
 
+@on_stream
 def swapaxes(a: GPUArray, axis1: int, axis2: int) -> GPUArray:
     return a.swapaxes(axis1, axis2)
 
 
+@on_stream
 def squeeze(a: GPUArray, axis: Any = None) -> GPUArray:
     return a.squeeze(axis)
 
 
+@on_stream
 def ravel(a: GPUArray) -> GPUArray:
     return a.ravel()
 
 
+@on_stream
 def ascontiguousarray(a: GPUArray) -> GPUArray:
     """``a`` itself when C-contiguous, else a contiguous copy."""
     return a if a.is_contiguous else a.copy()
@@ -49,6 +57,7 @@ def _axis(axis: int, ndim: int) -> int:
     return _normalize_axis(axis, ndim)
 
 
+@on_stream
 def concatenate(arrays: Any, axis: int | None = 0, dtype: Any = None) -> GPUArray:
     """Join arrays along an existing axis (``axis=None``: flatten first), with NumPy's dtype promotion."""
     from . import _dtypes
@@ -87,6 +96,7 @@ def concatenate(arrays: Any, axis: int | None = 0, dtype: Any = None) -> GPUArra
     return out
 
 
+@on_stream
 def stack(arrays: Any, axis: int = 0) -> GPUArray:
     """Join arrays of one shape along a new axis."""
     arrs = list(arrays)
@@ -98,6 +108,7 @@ def stack(arrays: Any, axis: int = 0) -> GPUArray:
     return concatenate([expand_dims(a, ax) for a in arrs], axis=ax)
 
 
+@on_stream
 def split(a: GPUArray, indices_or_sections: Any, axis: int = 0) -> list[GPUArray]:
     """Views of ``a`` split along ``axis`` into equal sections or at the given indices."""
     ax = _axis(axis, a.ndim)
@@ -113,6 +124,7 @@ def split(a: GPUArray, indices_or_sections: Any, axis: int = 0) -> list[GPUArray
     return [a[pre + (slice(lo, hi),)] for lo, hi in itertools.pairwise(bounds)]
 
 
+@on_stream
 def flip(a: GPUArray, axis: Any = None) -> GPUArray:
     """A view with the order of elements reversed along ``axis`` (all axes when None)."""
     axes = range(a.ndim) if axis is None else [_axis(x, a.ndim) for x in (axis if isinstance(axis, tuple) else (axis,))]
@@ -122,6 +134,7 @@ def flip(a: GPUArray, axis: Any = None) -> GPUArray:
     return a[tuple(key)]
 
 
+@on_stream
 def roll(a: GPUArray, shift: int, axis: int | None = None) -> GPUArray:
     """Elements shifted cyclically along ``axis`` (flattened when None); a new array."""
     if axis is None:
@@ -135,6 +148,7 @@ def roll(a: GPUArray, shift: int, axis: int | None = None) -> GPUArray:
     return concatenate([a[pre + (slice(n - s, n),)], a[pre + (slice(0, n - s),)]], axis=ax)
 
 
+@on_stream
 def tile(a: GPUArray, reps: Any) -> GPUArray:
     """``a`` repeated ``reps`` times along each axis (NumPy's tile)."""
     reps = (reps,) if isinstance(reps, int) else tuple(reps)
@@ -148,6 +162,7 @@ def tile(a: GPUArray, reps: Any) -> GPUArray:
     return view.copy().reshape(tuple(r * d for r, d in zip(reps, base.shape)))
 
 
+@on_stream
 def repeat(a: GPUArray, repeats: int, axis: int | None = None) -> GPUArray:
     """Each element repeated ``repeats`` times along ``axis`` (flattened when None)."""
     if not isinstance(repeats, int) or repeats < 0:
@@ -163,6 +178,7 @@ def repeat(a: GPUArray, repeats: int, axis: int | None = None) -> GPUArray:
     return broadcast_to(expanded, tuple(shape)).copy().reshape(tuple(out_shape))
 
 
+@on_stream
 def pad(a: GPUArray, pad_width: Any, constant_values: Any = 0) -> GPUArray:
     """Constant padding, NumPy's ``pad(mode="constant")``."""
     import numpy as np

@@ -35,6 +35,7 @@ import numpy as np
 
 from . import _dtypes, _runtime
 from .array import GPUArray, _normalize_axis
+from .streams import on_stream
 
 
 class KeyInfo(NamedTuple):
@@ -177,12 +178,14 @@ def _sort(a: Any, axis: Any, descending: bool, indices: bool, name: str) -> GPUA
     return restore(_runtime.get().ops.sort_rows(src, rows, n, bool(descending), indices), n)
 
 
+@on_stream
 def sort(a: GPUArray, axis: int | None = -1, *, descending: bool = False, stable: bool = True) -> GPUArray:
     """A sorted copy along ``axis`` (the flattened array when None). Always stable;
     NaN last (first when ``descending``), see the module docstring for -0.0 and NaN bits."""
     return _sort(a, axis, descending, False, "sort")
 
 
+@on_stream
 def argsort(a: GPUArray, axis: int | None = -1, *, descending: bool = False, stable: bool = True) -> GPUArray:
     """The int64 indices that sort ``a`` along ``axis``; stable (ties keep index order, also
     when ``descending``), NaN last (first when ``descending``), -0.0 equal to +0.0."""
@@ -206,6 +209,7 @@ def _gather(x: GPUArray, idx: GPUArray) -> GPUArray:
     return _runtime.get().ops.gather(x, idx, idx.shape, x.size, max(idx.size, 1), 1, False)
 
 
+@on_stream
 def topk(a: GPUArray, k: int, axis: int = -1, *, largest: bool = True, sorted: bool = True) -> tuple[GPUArray, GPUArray]:
     """(values, int64 indices) of the ``k`` largest (smallest) elements along ``axis``, as
     ``torch.topk``. NaN counts as the largest value; among equal values the lower indices win.
@@ -238,6 +242,7 @@ def topk(a: GPUArray, k: int, axis: int = -1, *, largest: bool = True, sorted: b
     return restore(vals.reshape(-1), k), restore(idx.reshape(-1), k)
 
 
+@on_stream
 def unique(
     a: GPUArray, *, return_index: bool = False, return_inverse: bool = False, return_counts: bool = False, axis: int | None = None
 ) -> Any:
@@ -272,6 +277,7 @@ def unique(
     return (uniq, *extra) if extra else uniq
 
 
+@on_stream
 def searchsorted(a: GPUArray, v: Any, side: str = "left", sorter: Any = None) -> GPUArray:
     """Indices where the elements of ``v`` would be inserted into the sorted 1-D ``a``
     to keep it sorted (``side="right"``: after equal elements), int64 of ``v``'s shape, as

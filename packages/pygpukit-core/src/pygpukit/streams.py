@@ -1,7 +1,8 @@
 """Streams and events.
 
 Every op runs on the current stream: pygpukit's own default stream unless a
-``with stream:`` block (per thread) says otherwise. Nothing synchronizes
+``with stream:`` block (per thread) or the op's ``stream=`` argument says
+otherwise. Nothing synchronizes
 implicitly except reading values back to the host (``to_numpy``, ``item``,
 ``repr``, ``bool``). On the CPU backend work is synchronous and streams and
 events are bookkeeping only (timing events still measure host time).
@@ -9,9 +10,11 @@ events are bookkeeping only (timing events still measure host time).
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
 
 from . import _runtime
 
@@ -24,6 +27,24 @@ class _StreamStack(threading.local):
 
 
 _local = _StreamStack()
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def on_stream(fn: _F) -> _F:
+    """Give ``fn`` a keyword ``stream=``: its work is queued on that Stream, as
+    inside ``with stream:`` (None: the current stream)."""
+
+    @functools.wraps(fn)
+    def call(*args: Any, stream: Stream | None = None, **kwargs: Any) -> Any:
+        if stream is None:
+            return fn(*args, **kwargs)
+        if not isinstance(stream, Stream):
+            raise TypeError(f"{fn.__name__}: stream must be a pygpukit.Stream or None, got {type(stream).__name__}")
+        with stream:
+            return fn(*args, **kwargs)
+
+    return cast(_F, call)
 
 
 def check_not_capturing(what: str) -> None:

@@ -25,8 +25,8 @@ import numpy as np
 
 from . import _dtypes, _runtime
 from .array import GPUArray, new_contiguous
+from .streams import Stream, current_stream_handle, on_stream
 from .streams import _local as _stream_local
-from .streams import current_stream_handle
 
 _WEAK = (int, float)
 _erf = np.frompyfunc(math.erf, 1, 1)
@@ -56,10 +56,15 @@ class Ufunc:
     def __repr__(self) -> str:
         return f"<pygpukit ufunc '{self.name}'>"
 
-    def __call__(self, *args: Any, out: GPUArray | None = None) -> GPUArray:
+    def __call__(self, *args: Any, out: GPUArray | None = None, stream: Stream | None = None) -> GPUArray:
         if len(args) != self.nin:
             raise TypeError(f"{self.name}() takes {self.nin} positional argument{'s' if self.nin > 1 else ''} but {len(args)} were given")
-        return apply(self, args, out)
+        if stream is None:
+            return apply(self, args, out)
+        if not isinstance(stream, Stream):
+            raise TypeError(f"{self.name}: stream must be a pygpukit.Stream or None, got {type(stream).__name__}")
+        with stream:
+            return apply(self, args, out)
 
     def loop(self, *types: Any) -> tuple[np.dtype, np.dtype]:
         """(compute dtype, result dtype) for operands of these dtypes (Python
@@ -385,6 +390,7 @@ def _ternary(uf: Ufunc, a: Any, b: Any, c: Any, dt: np.dtype, out: GPUArray | No
     return out
 
 
+@on_stream
 def where(condition: Any, x: Any, y: Any, /, *, out: GPUArray | None = None) -> GPUArray:
     """``x`` where ``condition`` is true, else ``y``; all three broadcast. The
     result dtype is that of ``x`` and ``y`` together (NumPy promotion)."""
@@ -397,6 +403,7 @@ def where(condition: Any, x: Any, y: Any, /, *, out: GPUArray | None = None) -> 
     return _ternary(_where, cond, x, y, dt, out)
 
 
+@on_stream
 def clip(x: Any, /, min: Any = None, max: Any = None, *, out: GPUArray | None = None) -> GPUArray:
     """``minimum(maximum(x, min), max)``; a bound of None is not applied. NaN in
     ``x`` propagates. The result dtype is NumPy's for x and the bounds."""
@@ -425,6 +432,7 @@ def _extreme(dt: np.dtype, low: bool) -> Any:
     return int(info.min if low else info.max)
 
 
+@on_stream
 def nan_to_num(x: GPUArray, /, copy: bool = True, nan: float = 0.0, posinf: float | None = None, neginf: float | None = None) -> GPUArray:
     """NaN -> ``nan``, +inf -> ``posinf`` (default: the largest finite value of
     the dtype), -inf -> ``neginf`` (default: the most negative). Integer and
@@ -440,6 +448,7 @@ def nan_to_num(x: GPUArray, /, copy: bool = True, nan: float = 0.0, posinf: floa
     return apply(_nan_to_num, (x,), None if copy else x, params)
 
 
+@on_stream
 def round(x: GPUArray, /, decimals: int = 0, out: GPUArray | None = None) -> GPUArray:
     """Round half to even to ``decimals`` places (negative: to tens, hundreds...),
     as NumPy: floats scale by 10**decimals, round, and scale back."""
