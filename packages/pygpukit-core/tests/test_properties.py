@@ -2,7 +2,8 @@
 agree with NumPy on generated shapes, indices and dtypes."""
 
 import numpy as np
-from hypothesis import given, settings
+import pytest
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
@@ -65,3 +66,76 @@ def test_promotion_matches_numpy(da, db, seed):
         want = x + y
     assert got.dtype == want.dtype
     np.testing.assert_array_equal(got.to_numpy(), want)
+
+
+_BINARY_EXACT = [
+    "add",
+    "subtract",
+    "multiply",
+    "maximum",
+    "minimum",
+    "equal",
+    "less",
+    "greater_equal",
+    "logical_xor",
+    "bitwise_and",
+    "floor_divide",
+]
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    name=st.sampled_from(_BINARY_EXACT),
+    da=st.sampled_from(NUMPY_DTYPES),
+    scalar=st.one_of(st.booleans(), st.integers(-300, 300), st.floats(-100, 100, allow_nan=False, width=32)),
+    left=st.booleans(),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_weak_python_scalars_match_numpy(name, da, scalar, left, seed):
+    # NumPy 2's rule for a Python scalar operand: the array's dtype decides
+    # (an int that does not fit raises OverflowError), on either side
+    x = _values((9,), da, seed)
+    args = (scalar, x) if left else (x, scalar)
+    with np.errstate(all="ignore"):
+        try:
+            want = getattr(np, name)(*args)
+        except (TypeError, OverflowError) as e:
+            with pytest.raises(type(e)):
+                getattr(gp, name)(*((scalar, gp.from_numpy(x)) if left else (gp.from_numpy(x), scalar)))
+            return
+    got = getattr(gp, name)(*((scalar, gp.from_numpy(x)) if left else (gp.from_numpy(x), scalar)))
+    assert got.dtype == want.dtype, (name, da, scalar)
+    np.testing.assert_array_equal(got.to_numpy(), want)
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data(), shape=hnp.array_shapes(min_dims=1, max_dims=3, min_side=1, max_side=6))
+def test_integer_array_setitem_matches_numpy(data, shape):
+    axis = data.draw(st.integers(0, len(shape) - 1))
+    n = shape[axis]
+    # distinct positions (with repeats, which write lands is unspecified), negative ones too
+    picks = data.draw(st.lists(st.integers(0, n - 1), min_size=1, max_size=n, unique=True))
+    idx = np.array([p - n if i % 2 else p for i, p in enumerate(picks)])
+    x = np.arange(int(np.prod(shape)), dtype=np.float32).reshape(shape)
+    key = (slice(None),) * axis + (idx,)
+    target_shape = x[key].shape
+    value_shape = data.draw(hnp.broadcastable_shapes(target_shape, max_dims=len(target_shape)))
+    assume(np.broadcast_shapes(value_shape, target_shape) == target_shape)  # v must broadcast *to* the selection
+    v = (-np.arange(1, 1 + int(np.prod(value_shape)), dtype=np.float32)).reshape(value_shape)
+    a = gp.from_numpy(x.copy())
+    a[key] = gp.from_numpy(v)
+    x[key] = v
+    np.testing.assert_array_equal(a.to_numpy(), x)
+
+
+@settings(max_examples=60, deadline=None)
+@given(shape=hnp.array_shapes(min_dims=1, max_dims=3, min_side=0, max_side=6), seed=st.integers(0, 2**32 - 1), scalar=st.booleans())
+def test_boolean_mask_setitem_matches_numpy(shape, seed, scalar):
+    rng = np.random.default_rng(seed)
+    x = rng.integers(-9, 9, size=shape).astype(np.int16)
+    mask = rng.integers(0, 2, size=shape).astype(bool)
+    v = np.int16(42) if scalar else rng.integers(100, 200, size=int(mask.sum())).astype(np.int16)
+    a = gp.from_numpy(x.copy())
+    a[gp.from_numpy(mask)] = v if scalar else gp.from_numpy(v)
+    x[mask] = v
+    np.testing.assert_array_equal(a.to_numpy(), x)

@@ -148,6 +148,8 @@ def assign(a: GPUArray, key: Any, value: GPUArray) -> None:
 def _scatter(a: GPUArray, idx: GPUArray, v: GPUArray, ax: int, flat: bool = False) -> None:
     """a[..., idx, ...] = v along ``ax`` (of the flattened a when ``flat``), v of
     the selection's shape. A strided ``a`` is scattered as a copy, written back."""
+    if v.size == 0:
+        return
     work = a if a.is_contiguous else a.copy()
     target = work.reshape(-1) if flat else work  # a view: work is contiguous
     src = v if v.is_contiguous and v._block is not a._block else v.copy()
