@@ -68,7 +68,7 @@ def test_bad_creation_input():
     with pytest.raises(TypeError, match="shape must be"):
         gp.zeros("abc")
     with pytest.raises(TypeError, match="not supported"):
-        gp.zeros(3, np.complex64)
+        gp.zeros(3, np.clongdouble)
     with pytest.raises(ValueError, match="step must not be zero"):
         gp.arange(0, 10, 0)
     with pytest.raises(TypeError, match="real number"):

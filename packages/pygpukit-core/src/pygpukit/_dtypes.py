@@ -27,6 +27,8 @@ float32 = np.dtype(np.float32)
 float64 = np.dtype(np.float64)
 float8_e4m3fn = np.dtype(ml_dtypes.float8_e4m3fn)
 float8_e5m2 = np.dtype(ml_dtypes.float8_e5m2)
+complex64 = np.dtype(np.complex64)
+complex128 = np.dtype(np.complex128)
 
 # dtype -> the type name used by kernels in pygpukit/kernels/include/pgk/types.cuh
 C_TYPES: dict[np.dtype, str] = {
@@ -45,9 +47,12 @@ C_TYPES: dict[np.dtype, str] = {
     float64: "double",
     float8_e4m3fn: "pgk::float8_e4m3",
     float8_e5m2: "pgk::float8_e5m2",
+    complex64: "pgk::complex64",
+    complex128: "pgk::complex128",
 }
 
 SUPPORTED = tuple(C_TYPES)
+REAL = tuple(dt for dt in SUPPORTED if dt.kind != "c")  # what the ordering and most reducing kernels take
 _FLOAT8 = (float8_e4m3fn, float8_e5m2)
 _ML_FLOATS = (bfloat16, *_FLOAT8)
 
@@ -92,6 +97,10 @@ def is_float(dt: np.dtype) -> bool:
     return dt.kind == "f" or dt in _ML_FLOATS
 
 
+def is_complex(dt: np.dtype) -> bool:
+    return dt.kind == "c"
+
+
 def _float_rank(dt: np.dtype) -> int:
     return {float8_e4m3fn: 0, float8_e5m2: 0, float16: 1, bfloat16: 1, float32: 2, float64: 3}[dt]
 
@@ -103,7 +112,10 @@ def _promote_pair(a: np.dtype, b: np.dtype) -> np.dtype:
         return np.result_type(a, b)
     # bfloat16 / float8 with another dtype, where NumPy has no rule: a float
     # wins over integers and bool; between floats the wider one wins, and two
-    # different formats of the same width meet in float32 (as PyTorch does).
+    # different formats of the same width meet in float32 (as PyTorch does);
+    # with a complex dtype they count as float16 (complex64 at least).
+    if is_complex(a) or is_complex(b):
+        return np.result_type(*(float16 if d in _ML_FLOATS else d for d in (a, b)))
     a_float, b_float = is_float(a), is_float(b)
     if a_float and not b_float:
         return a
@@ -123,7 +135,7 @@ def result_type(*operands: Any) -> np.dtype:
     dtypes = []
     scalars = []
     for op in operands:
-        if isinstance(op, (bool, int, float)) and not isinstance(op, np.generic):
+        if isinstance(op, (bool, int, float, complex)) and not isinstance(op, np.generic):
             scalars.append(op)
         elif hasattr(op, "dtype") and not isinstance(op, type):  # arrays; not scalar types like np.float32
             dtypes.append(as_dtype(op.dtype))
@@ -139,7 +151,7 @@ def result_type(*operands: Any) -> np.dtype:
     return out
 
 
-def _promote_weak(dt: np.dtype, scalar: bool | int | float) -> np.dtype:
+def _promote_weak(dt: np.dtype, scalar: bool | int | float | complex) -> np.dtype:
     if isinstance(scalar, bool):
         return dt
     if isinstance(scalar, int):
@@ -150,8 +162,12 @@ def _promote_weak(dt: np.dtype, scalar: bool | int | float) -> np.dtype:
             if not info.min <= scalar <= info.max:
                 raise OverflowError(f"Python integer {scalar} out of bounds for {dt}")
         return dt
+    if isinstance(scalar, complex):  # complex64 for float32 and narrower, else complex128
+        if is_complex(dt):
+            return dt
+        return complex128 if dt == float64 or not is_float(dt) else complex64
     # float scalar
-    return dt if is_float(dt) else float64
+    return dt if is_float(dt) or is_complex(dt) else float64
 
 
 def accumulator(out_dt: np.dtype) -> np.dtype:

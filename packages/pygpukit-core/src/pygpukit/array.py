@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import operator
+import warnings
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
@@ -219,6 +220,8 @@ class GPUArray:
         dt = _dtypes.as_dtype(dtype)
         if dt == self._dtype and not copy:
             return self
+        if self._dtype.kind == "c" and dt.kind not in "cb":
+            warnings.warn("Casting complex values to real discards the imaginary part", np.exceptions.ComplexWarning, stacklevel=2)
         out = GPUArray._empty(self._shape, dt)
         _runtime.get().ops.cast(self, out)
         return out
@@ -433,13 +436,36 @@ class GPUArray:
         """A value to store into this array, as a GPUArray (scalars: 0-d, of this dtype)."""
         if isinstance(value, GPUArray):
             return value
-        if isinstance(value, (bool, int, float, np.generic)):
+        if isinstance(value, (bool, int, float, complex, np.generic)):
             src = GPUArray._empty((), self._dtype)
             _runtime.get().ops.fill(src, value)
             return src
         from .creation import asarray
 
         return asarray(np.asarray(value))
+
+    @property
+    def real(self) -> GPUArray:
+        """The real part: for complex arrays a strided view (writable), else the array itself."""
+        if self._dtype.kind != "c":
+            return self
+        return GPUArray._new(self._shape, _dtypes.as_dtype(f"f{self.itemsize // 2}"), self._block, self._ptr, self.strides)
+
+    @property
+    def imag(self) -> GPUArray:
+        """The imaginary part: for complex arrays a strided view (writable), else new zeros."""
+        if self._dtype.kind != "c":
+            from .creation import zeros
+
+            return zeros(self._shape, self._dtype)
+        part = _dtypes.as_dtype(f"f{self.itemsize // 2}")
+        return GPUArray._new(self._shape, part, self._block, self._ptr + part.itemsize, self.strides)
+
+    def conj(self) -> GPUArray:
+        """The complex conjugate (a copy)."""
+        from .ufuncs import conjugate
+
+        return conjugate(self)
 
     @property
     def T(self) -> GPUArray:

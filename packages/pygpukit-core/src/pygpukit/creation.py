@@ -27,7 +27,7 @@ def full(shape: Any, fill_value: Any, dtype: Any = None) -> GPUArray:
             raise TypeError("fill_value must be a scalar, not a GPUArray")
         dtype = np.asarray(fill_value).dtype
     out = empty(shape, dtype)
-    if not isinstance(fill_value, (bool, int, float, np.generic)):
+    if not isinstance(fill_value, (bool, int, float, complex, np.generic)):
         raise TypeError(f"fill_value must be a number, got {type(fill_value).__name__}")
     _runtime.get().ops.fill(out, fill_value)
     return out

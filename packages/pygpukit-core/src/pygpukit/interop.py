@@ -21,7 +21,7 @@ from . import _dtypes, _runtime
 from .array import GPUArray
 
 KDL_CPU, KDL_CUDA, KDL_CUDA_HOST = 1, 2, 3
-_CODES = {"i": 0, "u": 1, "f": 2, "b": 6}
+_CODES = {"i": 0, "u": 1, "f": 2, "c": 5, "b": 6}
 _ML_CODES = {_dtypes.bfloat16: 4, _dtypes.float8_e4m3fn: 10, _dtypes.float8_e5m2: 12}
 _FROM_CODE = {(4, 16): _dtypes.bfloat16, (10, 8): _dtypes.float8_e4m3fn, (12, 8): _dtypes.float8_e5m2, (6, 8): _dtypes.bool_}
 DLPACK_VERSION = (1, 1)
@@ -120,7 +120,7 @@ def _np_dtype(t: DLDataType) -> np.dtype:
         raise TypeError(f"DLPack tensors with {t.lanes} lanes are not supported")
     if (t.code, t.bits) in _FROM_CODE:
         return _FROM_CODE[(t.code, t.bits)]
-    kind = {0: "i", 1: "u", 2: "f"}.get(t.code)
+    kind = {0: "i", 1: "u", 2: "f", 5: "c"}.get(t.code)
     if kind is None or t.bits % 8:
         raise TypeError(f"DLPack dtype (code {t.code}, {t.bits} bits) is not supported by pygpukit")
     return _dtypes.as_dtype(np.dtype(f"{kind}{t.bits // 8}"))

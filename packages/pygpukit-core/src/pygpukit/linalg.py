@@ -35,6 +35,8 @@ def matmul(a: GPUArray, b: GPUArray) -> GPUArray:
         )
     batch = np.broadcast_shapes(a2.shape[:-2], b2.shape[:-2])
     out_dt = _dtypes.result_type(a.dtype, b.dtype)
+    if _dtypes.is_complex(out_dt):
+        return _complex_matmul(a.astype(out_dt, copy=False), b.astype(out_dt, copy=False))
     A = broadcast_to(a2, (*batch, m, k))
     B = broadcast_to(b2, (*batch, k, n))
     A = A if A.is_contiguous else A.copy()
@@ -45,6 +47,17 @@ def matmul(a: GPUArray, b: GPUArray) -> GPUArray:
         out = out.squeeze(-2)
     if b.ndim == 1:
         out = out.squeeze(-1)
+    return out
+
+
+def _complex_matmul(a: GPUArray, b: GPUArray) -> GPUArray:
+    """(ar + i ai) @ (br + i bi) as four real products of the parts (views)."""
+    ar, ai, br, bi = a.real, a.imag, b.real, b.imag
+    re = matmul(ar, br) - matmul(ai, bi)
+    im = matmul(ar, bi) + matmul(ai, br)
+    out = GPUArray._empty(re.shape, a.dtype)
+    out.real[...] = re
+    out.imag[...] = im
     return out
 
 
@@ -60,9 +73,11 @@ def dot(a: GPUArray, b: GPUArray) -> GPUArray:
 
 @on_stream
 def vdot(a: GPUArray, b: GPUArray) -> GPUArray:
-    """Dot product of the flattened operands."""
+    """Dot product of the flattened operands; a complex ``a`` is conjugated first (as NumPy)."""
     if a.size != b.size:
         raise ValueError(f"vdot: cannot take the dot product of sizes {a.size} and {b.size}")
+    if _dtypes.is_complex(a.dtype):
+        a = a.conj()
     return matmul(a.reshape(-1), b.reshape(-1))
 
 

@@ -204,7 +204,7 @@ def instantiations() -> list[str]:
     out = [d.expr(dt) for dt in floats for d in (_uniform_dist(dt), _normal_dist(dt))]
     out += [_INT_SMALL.expr(dt) for dt in _dtypes.SUPPORTED if dt.kind in "biu"]
     out += [_INT_LARGE.expr(dt) for dt in (_dtypes.int64, _dtypes.uint64)]
-    out += [_BERNOULLI.expr(dt) for dt in _dtypes.SUPPORTED]
+    out += [_BERNOULLI.expr(dt) for dt in _dtypes.REAL]
     return sorted(out)
 
 
@@ -349,6 +349,8 @@ class Generator:
     def bernoulli(self, p: Any = 0.5, size: Any = None, dtype: Any = _dtypes.bool_) -> GPUArray:
         """1 (True) with probability ``p`` (rounded to a multiple of 2^-32), else 0."""
         dt = _dtypes.as_dtype(dtype)
+        if _dtypes.is_complex(dt):
+            raise TypeError(f"bernoulli: unsupported dtype {dt}")
         q = _real(p, "p")
         if not 0.0 <= q <= 1.0:
             raise ValueError(f"bernoulli: p must be in [0, 1], got {q}")

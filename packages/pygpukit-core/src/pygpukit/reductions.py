@@ -85,6 +85,8 @@ def _layout(x: GPUArray, axes: tuple[int, ...]) -> tuple[str, GPUArray, tuple[in
 def _reduce(op: str, x: Any, axis: Any, keepdims: bool, dtype: Any = None) -> GPUArray:
     if not isinstance(x, GPUArray):
         raise TypeError(f"{op}() expects a GPUArray, got {type(x).__name__}")
+    if _dtypes.is_complex(x.dtype):
+        return _reduce_complex(op, x, axis, keepdims, dtype)
     axes = _axes(axis, x.ndim)
     out_dt, acc_dt, init = _plan(op, x.dtype, dtype)
     kept_shape = tuple(d for i, d in enumerate(x.shape) if i not in axes)
@@ -103,6 +105,28 @@ def _reduce(op: str, x: Any, axis: Any, keepdims: bool, dtype: Any = None) -> GP
         out = rt.ops.reduce(op, kind, src, dims, out_dt, acc_dt, init).reshape(kept_shape)
     if keepdims:
         out = out.reshape(tuple(1 if i in axes else d for i, d in enumerate(x.shape)))
+    return out
+
+
+def _reduce_complex(op: str, x: GPUArray, axis: Any, keepdims: bool, dtype: Any) -> GPUArray:
+    """Sums of complex arrays as the sums of their real and imaginary parts (each
+    a float reduction, so equally accurate); all/any on ``x != 0``."""
+    if op in ("all", "any"):
+        from .ufuncs import not_equal
+
+        return _reduce(op, not_equal(x, 0), axis, keepdims)
+    if op != "sum":
+        raise TypeError(
+            f"{_NAMES[op]} is not supported for complex input" + (" (complex numbers have no order)" if op in ("max", "min") else "")
+        )
+    out_dt = x.dtype if dtype is None else _dtypes.as_dtype(dtype)
+    if not _dtypes.is_complex(out_dt):
+        raise TypeError(f"sum of a complex array into {out_dt} would discard the imaginary part")
+    part = _dtypes.as_dtype(f"f{out_dt.itemsize // 2}")
+    re, im = (_reduce("sum", p, axis, keepdims, part) for p in (x.real, x.imag))
+    out = GPUArray._empty(re.shape, out_dt)
+    out.real[...] = re
+    out.imag[...] = im
     return out
 
 
@@ -142,7 +166,7 @@ def any(x: GPUArray, axis: Any = None, keepdims: bool = False) -> GPUArray:
 def _mean_dtype(dt: np.dtype, dtype: Any) -> np.dtype:
     if dtype is not None:
         return _dtypes.as_dtype(dtype)
-    return dt if _dtypes.is_float(dt) else _dtypes.float64
+    return dt if _dtypes.is_float(dt) or _dtypes.is_complex(dt) else _dtypes.float64
 
 
 @on_stream
@@ -150,7 +174,10 @@ def mean(x: GPUArray, axis: Any = None, dtype: Any = None, keepdims: bool = Fals
     """Arithmetic mean; integers give float64, floats keep their dtype (float16 and
     bfloat16 are accumulated in float32, as NumPy does for float16)."""
     out_dt = _mean_dtype(x.dtype, dtype)
-    acc = _dtypes.float64 if out_dt == _dtypes.float64 else _dtypes.float32
+    if _dtypes.is_complex(out_dt):
+        acc = out_dt
+    else:
+        acc = _dtypes.float64 if out_dt == _dtypes.float64 else _dtypes.float32
     count = math.prod(x.shape[i] for i in _axes(axis, x.ndim))
     s = _reduce("sum", x, axis, keepdims, acc)
     return (s / float(count) if count else s * math.nan).astype(out_dt, copy=False)
@@ -158,7 +185,11 @@ def mean(x: GPUArray, axis: Any = None, dtype: Any = None, keepdims: bool = Fals
 
 @on_stream
 def var(x: GPUArray, axis: Any = None, dtype: Any = None, ddof: int = 0, keepdims: bool = False) -> GPUArray:
-    """Variance, two passes (mean, then squared deviations), with ``ddof`` as NumPy."""
+    """Variance, two passes (mean, then squared deviations), with ``ddof`` as NumPy.
+    Complex: the mean of |x - mean|^2, a real number (the parts' variances added)."""
+    if isinstance(x, GPUArray) and _dtypes.is_complex(x.dtype):
+        part = None if dtype is None else _dtypes.as_dtype(dtype)
+        return var(x.real, axis, part, ddof, keepdims) + var(x.imag, axis, part, ddof, keepdims)
     out_dt = _mean_dtype(x.dtype, dtype)
     acc = _dtypes.float64 if out_dt == _dtypes.float64 else _dtypes.float32
     axes = _axes(axis, x.ndim)
@@ -180,6 +211,8 @@ def std(x: GPUArray, axis: Any = None, dtype: Any = None, ddof: int = 0, keepdim
         raise TypeError(f"std() expects a GPUArray, got {type(x).__name__}")
     from .ufuncs import sqrt
 
+    if _dtypes.is_complex(x.dtype):
+        return sqrt(var(x, axis, dtype, ddof, keepdims))
     out_dt = _mean_dtype(x.dtype, dtype)
     acc = _dtypes.float64 if out_dt == _dtypes.float64 else _dtypes.float32
     return sqrt(var(x, axis, acc, ddof, keepdims)).astype(out_dt, copy=False)
@@ -188,6 +221,8 @@ def std(x: GPUArray, axis: Any = None, dtype: Any = None, ddof: int = 0, keepdim
 def _scan(op: str, x: Any, axis: int | None, dtype: Any) -> GPUArray:
     if not isinstance(x, GPUArray):
         raise TypeError(f"{op}() expects a GPUArray, got {type(x).__name__}")
+    if _dtypes.is_complex(x.dtype):
+        raise TypeError(f"{op} is not supported for complex input")
     if axis is None:
         x, axis = x.reshape(-1), 0
     ax = _normalize_axis(axis, x.ndim)
@@ -221,6 +256,8 @@ def _arg(is_max: bool, x: Any, axis: Any, keepdims: bool) -> GPUArray:
     name = "argmax" if is_max else "argmin"
     if not isinstance(x, GPUArray):
         raise TypeError(f"{name}() expects a GPUArray, got {type(x).__name__}")
+    if _dtypes.is_complex(x.dtype):
+        raise TypeError(f"{name} is not supported for complex input (complex numbers have no order)")
     if x.size == 0:
         raise ValueError(f"attempt to get {name} of an empty sequence")
     if axis is None:

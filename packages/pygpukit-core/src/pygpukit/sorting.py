@@ -146,6 +146,8 @@ def host_unique_flags(s: np.ndarray) -> np.ndarray:
 def _check(a: Any, name: str) -> None:
     if not isinstance(a, GPUArray):
         raise TypeError(f"{name} expects a GPUArray, got {type(a).__name__}")
+    if _dtypes.is_complex(a.dtype):
+        raise TypeError(f"{name} is not supported for complex input (complex numbers have no order)")
 
 
 def _rows(a: GPUArray, axis: Any) -> tuple[GPUArray, int, int, Any]:

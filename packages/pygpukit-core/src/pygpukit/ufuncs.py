@@ -28,7 +28,7 @@ from .array import GPUArray, new_contiguous
 from .streams import Stream, current_stream_handle, on_stream
 from .streams import _local as _stream_local
 
-_WEAK = (int, float)
+_WEAK = (int, float, complex)
 _erf = np.frompyfunc(math.erf, 1, 1)
 
 
@@ -91,7 +91,19 @@ def _loop(uf: Ufunc, types: tuple[Any, ...]) -> tuple[np.dtype, np.dtype]:
         names = ", ".join(t.name if isinstance(t, np.dtype) else f"Python {t.__name__}" for t in types)
         raise TypeError(f"{uf.name} is not supported for input dtypes ({names}): {e}") from None
     compute, out = _dtypes.as_dtype(dts[0]), _dtypes.as_dtype(dts[-1])
+    if _dtypes.is_complex(compute) and uf.name not in _COMPLEX_UFUNCS:
+        raise TypeError(f"{uf.name} is not supported for complex inputs")
     return compute, out
+
+
+# The ufuncs with complex kernels (NumPy defines a few more: the ordering ones,
+# which the array API leaves undefined for complex, and the inverse trigonometric).
+_COMPLEX_UFUNCS = {
+    "add", "subtract", "multiply", "divide", "power", "negative", "positive", "square", "reciprocal", "sqrt", "exp",
+    "exp2", "expm1", "log", "log2", "log10", "log1p", "sin", "cos", "tan", "sinh", "cosh", "tanh", "abs", "sign",
+    "conjugate", "equal", "not_equal", "isnan", "isinf", "isfinite", "logical_and", "logical_or", "logical_xor",
+    "logical_not", "where",
+}  # fmt: skip
 
 
 def _dense_order(a: GPUArray) -> list[int] | None:
@@ -330,6 +342,8 @@ isfinite = _u("isfinite", "IsFinite", np.isfinite, "True where x is neither inf 
 signbit = _u("signbit", "Signbit", np.signbit, "True where the sign bit is set (also for -0.0 and negative NaN).")
 logical_not = _u("logical_not", "LogicalNot", np.logical_not, "not x, elementwise, as bool.")
 invert = _u("invert", "Invert", np.invert, "~x (bitwise not; logical not for bool).")
+conjugate = _u("conjugate", "Conjugate", np.conjugate, "The complex conjugate (a copy for real dtypes).")
+conj = conjugate
 bitwise_not = invert
 
 # -- binary ----------------------------------------------------------------
@@ -412,6 +426,8 @@ def clip(x: Any, /, min: Any = None, max: Any = None, *, out: GPUArray | None = 
     xa = x if isinstance(x, GPUArray) else asarray(np.asarray(x))
     if min is None and max is None:
         raise ValueError("clip: at least one of min and max must be given")
+    if _dtypes.is_complex(xa.dtype):
+        raise TypeError("clip is not supported for complex input (complex numbers have no order)")
     bounds = [b for b in (min, max) if b is not None]
     dt = _dtypes.result_type(*(b if isinstance(b, (GPUArray, bool, int, float)) else np.asarray(b) for b in (xa, *bounds)))
     lo = _extreme(dt, low=True) if min is None else min
@@ -474,7 +490,7 @@ around = round
 
 
 # -- GPUArray's operators ---------------------------------------------------------
-_OPERAND_TYPES = (bool, int, float, np.generic, np.ndarray, list, tuple)
+_OPERAND_TYPES = (bool, int, float, complex, np.generic, np.ndarray, list, tuple)
 
 
 def _binary_operator(uf: Ufunc) -> Callable[[GPUArray, Any], Any]:
@@ -530,3 +546,31 @@ def _install_operators() -> None:
 
 
 _install_operators()
+
+
+def real(x: Any, /) -> GPUArray:
+    """The real part: a view for complex arrays, the array itself otherwise."""
+    return _as_array(x, "real").real
+
+
+def imag(x: Any, /) -> GPUArray:
+    """The imaginary part: a view for complex arrays, zeros otherwise."""
+    return _as_array(x, "imag").imag
+
+
+def angle(x: Any, /, deg: bool = False) -> GPUArray:
+    """The argument of each element, in radians (degrees with ``deg``): ``arctan2(imag, real)``."""
+    a = _as_array(x, "angle")
+    r = arctan2(a.imag, a.real) if _dtypes.is_complex(a.dtype) else arctan2(0.0, a)  # real: 0 or pi
+    return multiply(r, 180 / math.pi) if deg else r
+
+
+def _as_array(x: Any, name: str) -> GPUArray:
+    from .creation import asarray
+
+    if isinstance(x, GPUArray):
+        return x
+    try:
+        return asarray(x)
+    except (TypeError, ValueError) as e:
+        raise TypeError(f"{name}: unsupported operand of type {type(x).__name__}: {e}") from None

@@ -165,8 +165,20 @@ def _params_struct(prefix: str, dt: np.dtype, then_layout: bool) -> struct.Struc
     when a Layout follows. The driver rejects a parameter buffer longer than
     the kernel's parameters (CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES), so a kernel
     that ends with the Params gets no padding."""
+    if dt.kind == "c":  # complex<R> {re, im}, aligned to its size
+        part = "f" if dt.itemsize == 8 else "d"
+        pad = -struct.calcsize(prefix) % dt.itemsize
+        return struct.Struct(f"{prefix}{pad}x6{part}{'0q' if then_layout else ''}")
     code = dt.char if dt.char in "?bBhHiIqQfd" else {"l": "q", "L": "Q"}[dt.char]
     return struct.Struct(f"{prefix}3{code}{'0q' if then_layout else ''}")
+
+
+def _param_values(params: tuple[Any, ...], dt: np.dtype) -> list[Any]:
+    """The three pgk::Params<dt> values (unused ones 0) as struct fields: complex ones split in two."""
+    values = [*params, *([0] * (3 - len(params)))]
+    if dt.kind != "c":
+        return values
+    return [part for v in values for part in (complex(v).real, complex(v).imag)]
 
 
 def _grid_for(n: int, per_block: int) -> int:
@@ -252,7 +264,7 @@ class CudaOps:
         if len(arrays) == 1:
             (a,) = arrays
             kd = ufunc_kernel_dtype(compute)
-            values = [*params, *([0] * (3 - len(params)))]
+            values = _param_values(params, kd)
             if dense:
                 vec = vec_width(a, out, nbytes=access_bytes(compute))
                 key = (functor, a._dtype, compute, out._dtype, vec)
@@ -314,7 +326,10 @@ class CudaOps:
             return
         vec = vec_width(out)
         expr = FILL.format(o=_C[out.dtype], vec=vec)
-        args = _PACK_FILL.pack(out.data_ptr, raw.ljust(8, b"\0"), n)
+        if len(raw) <= 8:
+            args = _PACK_FILL.pack(out.data_ptr, raw.ljust(8, b"\0"), n)
+        else:  # complex128: the value is 16-byte aligned
+            args = struct.pack("@P8x16sq", out.data_ptr, raw, n)
         self.launch(self._fn("elementwise", expr), _grid_for(n, THREADS * UNROLL * vec), 1, 1, THREADS, 1, 1, 0, stream, args)
 
     def arange(self, out: Any, start: float | int, step: float | int) -> None:
@@ -664,8 +679,9 @@ def instantiations() -> dict[str, list[str]]:
             elementwise.append(CAST_STRIDED.format(a=c, o=_C[other]))
     from ..reductions import _plan, compare_dtype
 
+    real = [dt for dt in dts if not _dtypes.is_complex(dt)]  # complex: elementwise, casts, fills and gathers only
     reduce: list[str] = []
-    for dt in dts:
+    for dt in real:
         for op, fop in _REDUCE_OPS.items():
             out_dt, acc, _ = _plan(op, dt, None)
             args = {"op": fop, "a": _C[dt], "acc": _C[acc], "o": _C[out_dt]}
@@ -682,14 +698,14 @@ def instantiations() -> dict[str, list[str]]:
     indexing += [SCATTER.format(t=_C[dt], i=_C[it]) for dt in dts for it in (_dtypes.int32, _dtypes.int64)]
     indexing += [SCATTER.format(t=_C[_dtypes.float32], i=_C[it]) for it in dts if it.kind in "iu"]
     indexing.append("pgk::compact_nonzero")
-    linalg = [MATMUL.format(a=_C[dt], b=_C[dt], o=_C[dt], acc=_C[_dtypes.accumulator(dt)]) for dt in dts]
+    linalg = [MATMUL.format(a=_C[dt], b=_C[dt], o=_C[dt], acc=_C[_dtypes.accumulator(dt)]) for dt in real]
     linalg += [
         MATMUL.format(a=_C[x], b=_C[y], o=_C[_dtypes.float32], acc="float")
         for x, y in ((_dtypes.float16, _dtypes.float32), (_dtypes.bfloat16, _dtypes.float16))
     ]
     scan = [
         SCAN_ROWS.format(op=fop, a=_C[dt], acc=_C[_dtypes.accumulator(_dtypes.sum_dtype(dt))], o=_C[_dtypes.sum_dtype(dt)])
-        for dt in dts
+        for dt in real
         for fop in _SCAN_OPS.values()
     ]
     return {

@@ -44,8 +44,10 @@ PGK_MATH2(m_pow, pow) PGK_MATH2(m_fmod, fmod) PGK_MATH2(m_atan2, atan2) PGK_MATH
 PGK_MATH2(m_copysign, copysign) PGK_MATH2(m_fmax, fmax) PGK_MATH2(m_fmin, fmin)
 #undef PGK_MATH2
 
+#include "pgk/complex.cuh"
+
 // A functor that applies a float-only math function (type resolution
-// guarantees C is float or double).
+// guarantees C is float, double or, for some, complex).
 #define PGK_FLOAT_UNARY(NAME, EXPR)                                                    \
   struct NAME {                                                                        \
     template <class C> __device__ __forceinline__ C operator()(C x, const Params<C>&) const { return EXPR; } \
@@ -68,21 +70,33 @@ PGK_FLOAT_UNARY(GeluTanh, C(0.5) * x * (C(1) + m_tanh(C(0.79788456080286535588) 
 struct Negative { template <class C> __device__ __forceinline__ C operator()(C x, const Params<C>&) const { return wrap_neg(x); } };
 struct Positive { template <class C> __device__ __forceinline__ C operator()(C x, const Params<C>&) const { return x; } };
 struct Square { template <class C> __device__ __forceinline__ C operator()(C x, const Params<C>&) const { return x * x; } };
-struct Absolute {
+struct Absolute {  // complex: |z| in the real part (the kernel's output type is real)
   template <class C> __device__ __forceinline__ C operator()(C x, const Params<C>&) const {
-    if constexpr (is_fp<C>::value) return m_fabs(x);
+    if constexpr (is_complex<C>::value) return C(m_cabs(x));
+    else if constexpr (is_fp<C>::value) return m_fabs(x);
     else if constexpr (is_signed_int<C>::value) return x < 0 ? wrap_neg(x) : x;
     else return x;
   }
 };
 struct Sign {
   template <class C> __device__ __forceinline__ C operator()(C x, const Params<C>&) const {
-    return x > C(0) ? C(1) : x < C(0) ? C(-1) : x == C(0) ? C(0) : x;  // NaN stays NaN
+    if constexpr (is_complex<C>::value) {  // NumPy 2: z / |z|, and 0 for 0
+      const auto r = m_cabs(x);
+      return r == 0 ? C(0) : C(x.re / r, x.im / r);
+    } else {
+      return x > C(0) ? C(1) : x < C(0) ? C(-1) : x == C(0) ? C(0) : x;  // NaN stays NaN
+    }
+  }
+};
+struct Conjugate {
+  template <class C> __device__ __forceinline__ C operator()(C x, const Params<C>&) const {
+    if constexpr (is_complex<C>::value) return C(x.re, -x.im);
+    else return x;
   }
 };
 struct Reciprocal {  // integers: 1 / x truncated, and 0 for x == 0 (NumPy leaves that undefined)
   template <class C> __device__ __forceinline__ C operator()(C x, const Params<C>&) const {
-    if constexpr (is_fp<C>::value) return C(1) / x;
+    if constexpr (is_fp<C>::value || is_complex<C>::value) return C(1) / x;
     else return x == C(0) ? C(0) : C(C(1) / x);
   }
 };
@@ -186,7 +200,7 @@ struct Fmod {  // C's remainder: the sign of the dividend
 // bases 1 and -1 (NumPy raises instead, which needs the data on the host).
 struct Power {
   template <class C> __device__ __forceinline__ C operator()(C a, C b) const {
-    if constexpr (is_fp<C>::value) {
+    if constexpr (is_fp<C>::value || is_complex<C>::value) {
       return m_pow(a, b);
     } else {
       if constexpr (is_signed_int<C>::value) {

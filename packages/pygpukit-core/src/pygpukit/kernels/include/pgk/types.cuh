@@ -98,6 +98,21 @@ struct float8_e5m2 {
   __device__ __forceinline__ operator float() const { return detail::f8_decode<5, 2, true>(bits); }
 };
 
+// complex64 / complex128: NumPy's layout (real, imaginary), aligned to its
+// size as NumPy's and DLPack's complex types are. Arithmetic and math are in
+// pgk/complex.cuh.
+template <class R>
+struct alignas(2 * sizeof(R)) complex {
+  using value_type = R;
+  R re, im;
+  complex() = default;
+  __device__ __forceinline__ constexpr complex(R r, R i = R(0)) : re(r), im(i) {}
+};
+using complex64 = complex<float>;
+using complex128 = complex<double>;
+template <class T> struct is_complex { static constexpr bool value = false; };
+template <class R> struct is_complex<complex<R>> { static constexpr bool value = true; };
+
 // The type arithmetic is done in: float for the 8- and 16-bit floats, the
 // type itself otherwise.
 template <class T> struct compute { using type = T; };
@@ -123,6 +138,14 @@ template <class To, class From>
 __device__ __forceinline__ To cast(From v) {
   if constexpr (is_same<To, From>::value) {
     return v;  // bit-exact: a copy keeps NaN payloads and -0.0
+  } else if constexpr (is_complex<To>::value) {
+    using R = typename To::value_type;
+    if constexpr (is_complex<From>::value) return To(static_cast<R>(v.re), static_cast<R>(v.im));
+    else return To(static_cast<R>(v), R(0));
+  } else if constexpr (is_complex<From>::value) {
+    // NumPy: to bool, "is not zero"; to a real type, the real part
+    if constexpr (is_same<To, bool>::value) return v.re != 0 || v.im != 0;
+    else return cast<To>(v.re);
   } else if constexpr (is_same<To, half>::value && is_same<From, double>::value) {
     return half::from_double(v);
   } else if constexpr (is_small_float<To>::value) {
