@@ -139,3 +139,52 @@ def test_boolean_mask_setitem_matches_numpy(shape, seed, scalar):
     a[gp.from_numpy(mask)] = v if scalar else gp.from_numpy(v)
     x[mask] = v
     np.testing.assert_array_equal(a.to_numpy(), x)
+
+
+def _advanced_key(data, shape):
+    """A key with one to three integer arrays among ints and slices (NumPy's mixed indexing)."""
+    entries = []
+    n_arrays = 0
+    for dim in shape:
+        kind = data.draw(st.sampled_from(["array", "slice", "int"] if dim else ["slice"]))
+        if kind == "array":
+            n_arrays += 1
+            entries.append(("array", dim))
+        elif kind == "int":
+            entries.append(data.draw(st.integers(-dim, dim - 1)))
+        else:
+            entries.append(data.draw(st.slices(dim)))
+    assume(n_arrays >= 1)
+    bshape = data.draw(hnp.array_shapes(min_dims=0, max_dims=2, min_side=1, max_side=3))
+    key = []
+    for e in entries:
+        if isinstance(e, tuple):
+            dim = e[1]
+            key.append(np.asarray(data.draw(hnp.arrays(np.int64, bshape, elements=st.integers(-dim, dim - 1)))))
+        else:
+            key.append(e)
+    return tuple(key)
+
+
+@settings(max_examples=80, deadline=None)
+@given(data=st.data(), shape=hnp.array_shapes(min_dims=1, max_dims=4, min_side=0, max_side=5))
+def test_mixed_advanced_indexing_matches_numpy(data, shape):
+    x = np.arange(int(np.prod(shape)), dtype=np.int32).reshape(shape)
+    key = _advanced_key(data, shape)
+    want = x[key]
+    got = gp.from_numpy(x)[key]
+    assert got.shape == want.shape
+    np.testing.assert_array_equal(got.to_numpy(), want)
+    # assignment: one value everywhere (repeated positions then agree), and an array when positions are distinct
+    a, y = gp.from_numpy(x.copy()), x.copy()
+    a[key] = -1
+    y[key] = -1
+    np.testing.assert_array_equal(a.to_numpy(), y)
+    marks = np.zeros(shape, np.int32)
+    np.add.at(marks, key, 1)
+    if marks.max(initial=0) <= 1:
+        v = (-np.arange(1, want.size + 1, dtype=np.int32)).reshape(want.shape)
+        a, y = gp.from_numpy(x.copy()), x.copy()
+        a[key] = gp.from_numpy(v)
+        y[key] = v
+        np.testing.assert_array_equal(a.to_numpy(), y)

@@ -37,8 +37,12 @@ def test_integer_array_indexing(rng):
     np.testing.assert_array_equal(a[x > 0].to_numpy(), x[x > 0])  # a boolean mask
     with pytest.raises(IndexError, match="did not match"):
         a[x[0] > 0]
-    with pytest.raises(IndexError, match="one integer array"):
-        a[[0, 1], [0, 1]]
+    # several index arrays, mixed with slices and ints (NumPy's placement rules)
+    i, j = np.array([[0, 5], [-1, 2]]), np.array([4, 0])
+    for key in ((i, j), (i, slice(1, 4), np.array([3, -1])), (slice(None), j, 1), (2, slice(None), np.array([0, 3])), (i, x[0, :, 0] > 0)):
+        np.testing.assert_array_equal(a[key].to_numpy(), x[key])
+    with pytest.raises(IndexError, match="could not be broadcast"):
+        a[[0, 1], [0, 1, 2]]
 
 
 @pytest.mark.parametrize("axis", [0, 1, -1])
@@ -138,6 +142,12 @@ def test_setitem_boolean_mask_errors():
     with pytest.raises(ValueError, match="cannot assign 2 input values to the 3 output values"):
         g[m] = gp.from_numpy(np.array([1, 2], np.int32))
     with pytest.raises(IndexError, match="did not match"):
-        g[gp.zeros((3,), gp.bool_)] = 1
+        g[gp.zeros((4,), gp.bool_)] = 1
+    rows = np.array([True, False, True])  # a mask over the leading axis selects rows
+    g[rows] = 5
+    h = np.zeros((3, 4), np.int32)
+    h[rows] = 5
+    np.testing.assert_array_equal(g.to_numpy(), h)
+    g[...] = 0
     g[m] = 2.7  # cast as NumPy's assignment casts
     np.testing.assert_array_equal(g.to_numpy(), np.eye(3, 4, dtype=np.int32) * 2)

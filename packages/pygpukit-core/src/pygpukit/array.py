@@ -387,17 +387,12 @@ class GPUArray:
         return GPUArray._new(shape, self._dtype, self._block, self._ptr + offset, strides)
 
     def __getitem__(self, key: Any) -> GPUArray:
-        """Basic indexing (ints, slices with steps, None, ...) returns a view, as in NumPy."""
+        """Basic indexing (ints, slices with steps, None, ...) returns a view, as in NumPy;
+        integer and boolean arrays (advanced indexing) gather a copy."""
         if _indexing.is_advanced(key):
-            from .selection import masked, take
+            from .selection import get_advanced
 
-            mask = _indexing.boolean_mask(key)
-            if mask is not None:
-                from .creation import asarray
-
-                return masked(self, mask if isinstance(mask, GPUArray) else asarray(np.asarray(mask)))
-            axis, idx = _indexing.single_integer_array(key, self.ndim)
-            return take(self, idx, axis)
+            return get_advanced(self, key)
         shape, strides, offset = _indexing.basic_index(self._shape, self.strides, key)
         return self._view(shape, strides, offset)
 

@@ -108,9 +108,10 @@ def take_along_axis(a: GPUArray, indices: Any, axis: int) -> GPUArray:
 
 
 def assign(a: GPUArray, key: Any, value: GPUArray) -> None:
-    """``a[key] = value`` for the advanced keys ``__getitem__`` takes: one boolean
-    mask of a's shape, or one integer array on one axis. ``value`` is cast to
-    a's dtype (as NumPy's assignment does) and broadcast to the selection."""
+    """``a[key] = value`` for an advanced key (NumPy's rules). ``value`` is cast to
+    a's dtype (as NumPy's assignment does) and broadcast to the selection. A full
+    mask with one value is one select kernel; one index array on one axis one
+    scatter; everything else goes through ``_Plan``."""
     from .creation import asarray
     from .ufuncs import where
 
@@ -118,8 +119,9 @@ def assign(a: GPUArray, key: Any, value: GPUArray) -> None:
     mask = _indexing.boolean_mask(key)
     if mask is not None:
         m = mask if isinstance(mask, GPUArray) else asarray(np.asarray(mask))
-        if m.shape != a.shape:
-            raise IndexError(f"boolean index did not match indexed array: array shape {a.shape}, mask shape {m.shape}")
+        if m.shape != a.shape:  # a mask over the leading axes: the general path
+            _assign_general(a, key, v, value)
+            return
         if v.ndim <= 1 and v.size == 1:  # one value: a select, no count of the mask needed
             where(m, v.reshape(()), a, out=a)
             return
@@ -131,7 +133,11 @@ def assign(a: GPUArray, key: Any, value: GPUArray) -> None:
             )
         _scatter(a, flat, v, 0, flat=True)
         return
-    axis, indices = _indexing.single_integer_array(key, a.ndim)
+    try:
+        axis, indices = _indexing.single_integer_array(key, a.ndim)
+    except IndexError:
+        _assign_general(a, key, v, value)
+        return
     ax = _normalize_axis(axis, a.ndim)
     idx = _index_array(indices)
     _check_bounds(idx, a.shape[ax], ax)
@@ -157,3 +163,130 @@ def _scatter(a: GPUArray, idx: GPUArray, v: GPUArray, ax: int, flat: bool = Fals
     _runtime.get().ops.scatter(src, idx, target, target.shape[ax], max(idx.size, 1), inner)
     if work is not a:
         a[...] = work
+
+
+# -- general advanced indexing: several index arrays, mixed with slices and ints ------------------
+class _Plan:
+    """``a[key]`` for an advanced key, as NumPy: ``view`` is ``a`` with the key's
+    slices applied and the indexed axes moved first; ``flat`` the broadcast index
+    arrays raveled into one int64 index over those axes (of total length ``n``);
+    the broadcast index shape ``bshape`` goes to result axis ``pos``."""
+
+    def __init__(self, a: GPUArray, key: Any) -> None:
+        from .creation import asarray
+        from .ufuncs import add, less, multiply, where
+
+        items = list(key) if isinstance(key, tuple) else [key]
+        if any(k is None for k in items):
+            raise IndexError(
+                "newaxis (None) cannot be combined with integer or boolean array indices; add the axis before or after indexing"
+            )
+        items = [k if isinstance(k, GPUArray) else asarray(np.asarray(k)) if isinstance(k, (list, np.ndarray)) else k for k in items]
+        width = [k.ndim if isinstance(k, GPUArray) and k.dtype == _dtypes.bool_ else 0 if k is Ellipsis else 1 for k in items]
+        if items.count(Ellipsis) > 1:
+            raise IndexError("an index can only have a single ellipsis ('...')")
+        if sum(width) > a.ndim:
+            raise IndexError(f"too many indices for array: array is {a.ndim}-dimensional, but {sum(width)} were indexed")
+        if Ellipsis in items:
+            i = items.index(Ellipsis)
+            fill = a.ndim - sum(width)
+            items[i : i + 1], width[i : i + 1] = [slice(None)] * fill, [1] * fill
+        expanded: list[Any] = []
+        for k, w in zip(items, width, strict=True):  # a boolean array stands for the integer arrays of its true positions
+            if isinstance(k, GPUArray) and k.dtype == _dtypes.bool_:
+                dims = a.shape[len(expanded) : len(expanded) + w]
+                if w == 0 or k.shape != dims:
+                    raise IndexError(
+                        f"boolean index of shape {k.shape} did not match the indexed dimensions {dims} of an array of shape {a.shape}"
+                    )
+                expanded += list(nonzero(k))
+            else:
+                expanded.append(k)
+        expanded += [slice(None)] * (a.ndim - len(expanded))
+        arrays: dict[int, GPUArray] = {}
+        for ax, k in enumerate(expanded):
+            if isinstance(k, GPUArray):
+                if k.dtype.kind not in "iu":
+                    raise IndexError(f"arrays used as indices must be of integer (or boolean) type, got {k.dtype}")
+                arrays[ax] = k
+            elif not isinstance(k, slice):
+                arrays[ax] = asarray(np.asarray(_indexing._as_index(k), np.int64))  # an int among arrays is a 0-d array
+        sliced = a[tuple(slice(None) if ax in arrays else k for ax, k in enumerate(expanded))]
+        axes = sorted(arrays)
+        rest = [ax for ax in range(a.ndim) if ax not in arrays]
+        self.view = sliced.transpose([*axes, *rest])
+        self.pos = axes[0] if axes == list(range(axes[0], axes[-1] + 1)) else 0
+        try:
+            self.bshape = tuple(np.broadcast_shapes(*(arrays[ax].shape for ax in axes)))
+        except ValueError:
+            shapes = " ".join(str(arrays[ax].shape) for ax in axes)
+            raise IndexError(f"shape mismatch: indexing arrays could not be broadcast together with shapes {shapes}") from None
+        sizes = [sliced.shape[ax] for ax in axes]
+        flat = None
+        for ax, dim in zip(axes, sizes, strict=True):
+            idx = arrays[ax]
+            _check_bounds(idx, dim, ax)
+            idx = idx.astype(_dtypes.int64, copy=False)
+            idx = where(less(idx, 0), add(idx, dim), idx)
+            flat = idx if flat is None else add(multiply(flat, dim), idx)
+        assert flat is not None
+        self.flat = broadcast_to(flat, self.bshape).copy() if flat.shape != self.bshape else flat
+        self.n = math.prod(sizes)
+        self.rest = tuple(self.view.shape[len(axes) :])
+
+    def result_order(self) -> list[int]:
+        """The permutation from (broadcast dims, rest dims) to the result's axis order."""
+        nb, nr = len(self.bshape), len(self.rest)
+        rest = list(range(nb, nb + nr))
+        return [*rest[: self.pos], *range(nb), *rest[self.pos :]]
+
+
+def get_advanced(a: GPUArray, key: Any) -> GPUArray:
+    """``a[key]`` for any key with integer or boolean arrays (NumPy's rules)."""
+    from .creation import asarray
+
+    mask = _indexing.boolean_mask(key)
+    if mask is not None and (not isinstance(key, tuple) or len(key) == 1):
+        m = mask if isinstance(mask, GPUArray) else asarray(np.asarray(mask))
+        if m.shape == a.shape:
+            return masked(a, m)
+    try:
+        axis, idx = _indexing.single_integer_array(key, a.ndim)
+    except IndexError:
+        pass
+    else:
+        return take(a, idx, axis)
+    plan = _Plan(a, key)
+    if plan.flat.size == 0 or math.prod(plan.rest) == 0:
+        out = GPUArray._empty((*plan.bshape, *plan.rest), a.dtype)
+    else:
+        src = plan.view.reshape((plan.n, *plan.rest))
+        out = take(src, plan.flat.reshape(-1), 0).reshape((*plan.bshape, *plan.rest))
+    order = plan.result_order()
+    return out if order == sorted(order) else out.transpose(order)
+
+
+def _assign_general(a: GPUArray, key: Any, v: GPUArray, value: GPUArray) -> None:
+    plan = _Plan(a, key)
+    order = plan.result_order()
+    shape = tuple((*plan.bshape, *plan.rest)[i] for i in order)
+    try:
+        vb = broadcast_to(v, shape)
+    except ValueError:
+        raise ValueError(
+            f"shape mismatch: value array of shape {value.shape} could not be broadcast to indexing result of shape {shape}"
+        ) from None
+    inverse = [0] * len(order)
+    for i, o in enumerate(order):
+        inverse[o] = i
+    src = vb.transpose(inverse).reshape((plan.flat.size, *plan.rest))  # (broadcast dims, rest), contiguous
+    work = plan.view if plan.view.is_contiguous else plan.view.copy()
+    if src._block is a._block:
+        src = src.copy()
+    target = work.reshape((plan.n, *plan.rest))
+    if src.size:
+        _runtime.get().ops.scatter(
+            src if src.is_contiguous else src.copy(), plan.flat.reshape(-1), target, plan.n, max(plan.flat.size, 1), math.prod(plan.rest)
+        )
+    if work is not plan.view:
+        plan.view[...] = work
