@@ -78,6 +78,8 @@ def take(a: GPUArray, indices: Any, axis: int | None = None) -> GPUArray:
     n = a.shape[ax]
     _check_bounds(idx, n, ax)
     out_shape = a.shape[:ax] + idx.shape + a.shape[ax + 1 :]
+    if math.prod(out_shape) == 0:
+        return GPUArray._empty(out_shape, a.dtype)
     src = a if a.is_contiguous else a.copy()
     inner = math.prod(a.shape[ax + 1 :])
     return _runtime.get().ops.gather(src, idx, out_shape, n, max(idx.size, 1), inner, False)

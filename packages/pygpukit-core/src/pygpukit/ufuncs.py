@@ -187,7 +187,7 @@ def apply(uf: Ufunc, args: tuple[Any, ...], out: GPUArray | None = None, params:
     strong = [t for t in types if isinstance(t, np.dtype)]
     int_dt = _dtypes.result_type(*strong) if strong else compute  # what a Python int converts to
     for o in ops:
-        if type(o) is int and int_dt.kind in "iu" and not _fits(o, int_dt):
+        if type(o) is int and int_dt.kind in "iu" and not uf.name.startswith("logical_") and not _fits(o, int_dt):  # logical_*: bool loops
             if uf.name not in _COMPARISONS:
                 raise OverflowError(f"Python integer {o} out of bounds for {int_dt}")
             compute = _dtypes.int64 if -(2**63) <= o < 2**63 and int_dt.kind == "i" else _dtypes.float64
