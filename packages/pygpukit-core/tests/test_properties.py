@@ -163,6 +163,8 @@ def _advanced_key(data, shape):
             key.append(np.asarray(data.draw(hnp.arrays(np.int64, bshape, elements=st.integers(-dim, dim - 1)))))
         else:
             key.append(e)
+    for _ in range(data.draw(st.integers(0, 2))):  # new axes anywhere (they separate index arrays like ':')
+        key.insert(data.draw(st.integers(0, len(key))), None)
     return tuple(key)
 
 

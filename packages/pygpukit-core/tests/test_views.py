@@ -58,8 +58,7 @@ def test_index_errors():
     with pytest.raises(IndexError, match="only integers, slices"):
         a[1.5]
     np.testing.assert_array_equal(a[[0, 1], 1:].to_numpy(), np.zeros((2, 3), np.float32))  # mixed advanced and basic
-    with pytest.raises(IndexError, match="newaxis"):
-        a[[0, 1], None]
+    np.testing.assert_array_equal(a[[0, 1], None].to_numpy(), np.zeros((2, 1, 4), np.float32))  # with newaxis
 
 
 @pytest.mark.parametrize("dtype", [gp.float32, gp.float16, gp.int64, gp.bfloat16, gp.uint8], ids=str)

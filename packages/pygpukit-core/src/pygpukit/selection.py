@@ -168,6 +168,10 @@ def _scatter(a: GPUArray, idx: GPUArray, v: GPUArray, ax: int, flat: bool = Fals
 
 
 # -- general advanced indexing: several index arrays, mixed with slices and ints ------------------
+def _is_mask(k: Any) -> bool:
+    return isinstance(k, GPUArray) and k.dtype == _dtypes.bool_
+
+
 class _Plan:
     """``a[key]`` for an advanced key, as NumPy: ``view`` is ``a`` with the key's
     slices applied and the indexed axes moved first; ``flat`` the broadcast index
@@ -179,12 +183,14 @@ class _Plan:
         from .ufuncs import add, less, multiply, where
 
         items = list(key) if isinstance(key, tuple) else [key]
-        if any(k is None for k in items):
-            raise IndexError(
-                "newaxis (None) cannot be combined with integer or boolean array indices; add the axis before or after indexing"
-            )
         items = [k if isinstance(k, GPUArray) else asarray(np.asarray(k)) if isinstance(k, (list, np.ndarray)) else k for k in items]
-        width = [k.ndim if isinstance(k, GPUArray) and k.dtype == _dtypes.bool_ else 0 if k is Ellipsis else 1 for k in items]
+        if any(k is None for k in items):
+            # new axes first, as a basic view; they then separate index arrays like ':' does
+            basic = [k if k is None or k is Ellipsis or isinstance(k, slice) else slice(None) for k in items]
+            basic = [b for k, b in zip(items, basic, strict=True) for b in ([b] * (k.ndim if _is_mask(k) else 1))]
+            a = a[tuple(basic)]
+            items = [slice(None) if k is None or isinstance(k, slice) else k for k in items]
+        width = [k.ndim if _is_mask(k) else 0 if k is Ellipsis else 1 for k in items]
         if items.count(Ellipsis) > 1:
             raise IndexError("an index can only have a single ellipsis ('...')")
         if sum(width) > a.ndim:
@@ -195,7 +201,7 @@ class _Plan:
             items[i : i + 1], width[i : i + 1] = [slice(None)] * fill, [1] * fill
         expanded: list[Any] = []
         for k, w in zip(items, width, strict=True):  # a boolean array stands for the integer arrays of its true positions
-            if isinstance(k, GPUArray) and k.dtype == _dtypes.bool_:
+            if _is_mask(k):
                 dims = a.shape[len(expanded) : len(expanded) + w]
                 if w == 0 or k.shape != dims:
                     raise IndexError(

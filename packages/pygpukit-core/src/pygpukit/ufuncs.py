@@ -97,10 +97,11 @@ def _loop(uf: Ufunc, types: tuple[Any, ...]) -> tuple[np.dtype, np.dtype]:
 
 
 # The ufuncs with complex kernels (NumPy defines a few more: the ordering ones,
-# which the array API leaves undefined for complex, and the inverse trigonometric).
+# which the array API leaves undefined for complex numbers).
 _COMPLEX_UFUNCS = {
     "add", "subtract", "multiply", "divide", "power", "negative", "positive", "square", "reciprocal", "sqrt", "exp",
     "exp2", "expm1", "log", "log2", "log10", "log1p", "sin", "cos", "tan", "sinh", "cosh", "tanh", "abs", "sign",
+    "arcsin", "arccos", "arctan", "arcsinh", "arccosh", "arctanh",
     "conjugate", "equal", "not_equal", "isnan", "isinf", "isfinite", "logical_and", "logical_or", "logical_xor",
     "logical_not", "where",
 }  # fmt: skip

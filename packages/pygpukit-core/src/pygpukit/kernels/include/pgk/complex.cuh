@@ -98,3 +98,29 @@ template <class R> __device__ __forceinline__ complex<R> m_pow(complex<R> a, com
   return m_exp(complex<R>(b.re * l.re - b.im * l.im, b.re * l.im + b.im * l.re));
 }
 
+
+// Inverse functions, principal values (C99's branch cuts, as NumPy).
+// asinh is computed for Re z >= 0, where z + sqrt(z^2 + 1) does not cancel.
+template <class R> __device__ __forceinline__ complex<R> m_asinh(complex<R> z) {
+  if (z.re < 0) return -m_asinh(-z);
+  return m_log(z + m_sqrt(z * z + complex<R>(R(1))));
+}
+template <class R> __device__ __forceinline__ complex<R> m_asin(complex<R> z) {  // -i asinh(iz)
+  const complex<R> w = m_asinh(complex<R>(-z.im, z.re));
+  return {w.im, -w.re};
+}
+template <class R> __device__ __forceinline__ complex<R> m_acos(complex<R> z) {  // pi/2 - asin(z)
+  const complex<R> s = m_asin(z);
+  return {R(1.57079632679489661923) - s.re, -s.im};
+}
+template <class R> __device__ __forceinline__ complex<R> m_acosh(complex<R> z) {  // Kahan: log(z + sqrt(z+1) sqrt(z-1))
+  return m_log(z + m_sqrt(z + complex<R>(R(1))) * m_sqrt(z - complex<R>(R(1))));
+}
+template <class R> __device__ __forceinline__ complex<R> m_atanh(complex<R> z) {  // (log(1+z) - log(1-z)) / 2
+  const complex<R> d = m_log(complex<R>(R(1)) + z) - m_log(complex<R>(R(1)) - z);
+  return {d.re * R(0.5), d.im * R(0.5)};
+}
+template <class R> __device__ __forceinline__ complex<R> m_atan(complex<R> z) {  // -i atanh(iz)
+  const complex<R> w = m_atanh(complex<R>(-z.im, z.re));
+  return {w.im, -w.re};
+}
