@@ -158,6 +158,7 @@ def test_reductions(rng, dtype, axis):
     assert v.dtype == np.var(z, axis=axis).dtype
     np.testing.assert_allclose(v.to_numpy(), np.var(ref, axis=axis, ddof=1), rtol=TOL[dtype] * 50)
     np.testing.assert_allclose(gp.std(g, axis=axis).to_numpy(), np.std(ref, axis=axis), rtol=TOL[dtype] * 50)
+    _close(gp.cumsum(g, axis=axis).to_numpy(), np.cumsum(ref, axis=axis), dtype, 40)
     z[0] = 0
     g = gp.from_numpy(z)
     np.testing.assert_array_equal(gp.all(g, axis=axis).to_numpy(), np.all(z, axis=axis))
@@ -179,7 +180,7 @@ def test_what_complex_numbers_do_not_have(rng):
     g = gp.from_numpy(_z(rng, (4, 4), np.complex64))
     for call in (
         lambda: g < g, lambda: gp.maximum(g, g), lambda: gp.floor(g), lambda: gp.arctan2(g, g), lambda: gp.max(g),
-        lambda: g.argmax(), lambda: gp.sort(g), lambda: gp.unique(g), lambda: gp.cumsum(g), lambda: gp.clip(g, 0, 1),
+        lambda: g.argmax(), lambda: gp.sort(g), lambda: gp.unique(g), lambda: gp.cumprod(g), lambda: gp.clip(g, 0, 1),
         lambda: gp.prod(g), lambda: gp.sum(g, dtype=gp.float32), lambda: gp.random.default_rng(0).bernoulli(size=3, dtype=gp.complex64),
     ):  # fmt: skip
         with pytest.raises(TypeError):

@@ -222,7 +222,17 @@ def _scan(op: str, x: Any, axis: int | None, dtype: Any) -> GPUArray:
     if not isinstance(x, GPUArray):
         raise TypeError(f"{op}() expects a GPUArray, got {type(x).__name__}")
     if _dtypes.is_complex(x.dtype):
-        raise TypeError(f"{op} is not supported for complex input")
+        if op != "cumsum":
+            raise TypeError(f"{op} is not supported for complex input")
+        out_dt = x.dtype if dtype is None else _dtypes.as_dtype(dtype)
+        if not _dtypes.is_complex(out_dt):
+            raise TypeError(f"cumsum of a complex array into {out_dt} would discard the imaginary part")
+        part = _dtypes.as_dtype(f"f{out_dt.itemsize // 2}")
+        re, im = (_scan("cumsum", p, axis, part) for p in (x.real, x.imag))  # linear: the parts separately
+        out = GPUArray._empty(re.shape, out_dt)
+        out.real[...] = re
+        out.imag[...] = im
+        return out
     if axis is None:
         x, axis = x.reshape(-1), 0
     ax = _normalize_axis(axis, x.ndim)
