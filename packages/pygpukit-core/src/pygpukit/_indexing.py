@@ -153,3 +153,11 @@ def reshape_strides(shape: tuple[int, ...], strides: tuple[int, ...], new_shape:
             st *= new_shape[k]
         oi, ni = o_end, n_end
     return tuple(new_strides)
+
+
+def inverse_permutation(perm: Any) -> list[int]:
+    """The axis order that undoes ``transpose(perm)``."""
+    inverse = [0] * len(perm)
+    for pos, axis in enumerate(perm):
+        inverse[axis] = pos
+    return inverse

@@ -547,6 +547,14 @@ def _normalize_axis(axis: Any, ndim: int) -> int:
     return a + ndim if a < 0 else a
 
 
+def from_parts(re: GPUArray, im: GPUArray, dtype: np.dtype) -> GPUArray:
+    """A new complex array of ``dtype`` with real part ``re`` and imaginary part ``im``."""
+    out = GPUArray._empty(re.shape, dtype)
+    out.real[...] = re
+    out.imag[...] = im
+    return out
+
+
 def expand_dims(a: GPUArray, axis: int | tuple[int, ...]) -> GPUArray:
     """A view with new axes of length 1 inserted at ``axis``."""
     axes = axis if isinstance(axis, tuple) else (axis,)

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from . import _dtypes, _runtime
-from .array import GPUArray, broadcast_to
+from .array import GPUArray, broadcast_to, from_parts
 from .streams import on_stream
 
 
@@ -55,10 +55,7 @@ def _complex_matmul(a: GPUArray, b: GPUArray) -> GPUArray:
     ar, ai, br, bi = a.real, a.imag, b.real, b.imag
     re = matmul(ar, br) - matmul(ai, bi)
     im = matmul(ar, bi) + matmul(ai, br)
-    out = GPUArray._empty(re.shape, a.dtype)
-    out.real[...] = re
-    out.imag[...] = im
-    return out
+    return from_parts(re, im, a.dtype)
 
 
 @on_stream

@@ -19,8 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from . import _dtypes, _runtime
-from .array import GPUArray, _normalize_axis
+from . import _dtypes, _indexing, _runtime
+from .array import GPUArray, _normalize_axis, from_parts
 from .streams import on_stream
 
 _NAMES = {"sum": "add", "prod": "multiply", "max": "maximum", "min": "minimum"}
@@ -124,10 +124,7 @@ def _reduce_complex(op: str, x: GPUArray, axis: Any, keepdims: bool, dtype: Any)
         raise TypeError(f"sum of a complex array into {out_dt} would discard the imaginary part")
     part = _dtypes.as_dtype(f"f{out_dt.itemsize // 2}")
     re, im = (_reduce("sum", p, axis, keepdims, part) for p in (x.real, x.imag))
-    out = GPUArray._empty(re.shape, out_dt)
-    out.real[...] = re
-    out.imag[...] = im
-    return out
+    return from_parts(re, im, out_dt)
 
 
 @on_stream
@@ -229,10 +226,7 @@ def _scan(op: str, x: Any, axis: int | None, dtype: Any) -> GPUArray:
             raise TypeError(f"cumsum of a complex array into {out_dt} would discard the imaginary part")
         part = _dtypes.as_dtype(f"f{out_dt.itemsize // 2}")
         re, im = (_scan("cumsum", p, axis, part) for p in (x.real, x.imag))  # linear: the parts separately
-        out = GPUArray._empty(re.shape, out_dt)
-        out.real[...] = re
-        out.imag[...] = im
-        return out
+        return from_parts(re, im, out_dt)
     if axis is None:
         x, axis = x.reshape(-1), 0
     ax = _normalize_axis(axis, x.ndim)
@@ -243,10 +237,7 @@ def _scan(op: str, x: Any, axis: int | None, dtype: Any) -> GPUArray:
     moved_shape = src.shape
     m = math.prod(moved_shape[:-1])
     out = _runtime.get().ops.scan(op, src, (m, x.shape[ax]), out_dt, _dtypes.accumulator(out_dt)).reshape(moved_shape)
-    inverse = [0] * x.ndim
-    for pos, axis_i in enumerate([*kept, ax]):
-        inverse[axis_i] = pos
-    return out.transpose(inverse).copy() if ax != x.ndim - 1 else out
+    return out.transpose(_indexing.inverse_permutation([*kept, ax])).copy() if ax != x.ndim - 1 else out
 
 
 @on_stream

@@ -284,10 +284,7 @@ def _assign_general(a: GPUArray, key: Any, v: GPUArray, value: GPUArray) -> None
         raise ValueError(
             f"shape mismatch: value array of shape {value.shape} could not be broadcast to indexing result of shape {shape}"
         ) from None
-    inverse = [0] * len(order)
-    for i, o in enumerate(order):
-        inverse[o] = i
-    src = vb.transpose(inverse).reshape((plan.flat.size, *plan.rest))  # (broadcast dims, rest), contiguous
+    src = vb.transpose(_indexing.inverse_permutation(order)).reshape((plan.flat.size, *plan.rest))  # (broadcast dims, rest), contiguous
     work = plan.view if plan.view.is_contiguous else plan.view.copy()
     if src._block is a._block:
         src = src.copy()

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _dtypes, _runtime
+from . import _dtypes, _indexing, _runtime
 from .array import GPUArray
 from .reductions import _axes
 from .streams import on_stream
@@ -128,10 +128,7 @@ def _along(mode: str, x: Any, axis: Any) -> GPUArray:
     out = _runtime.get().ops.softmax(mode, src, dims, compute_dtype(x.dtype)).reshape(src.shape)
     if perm is None:
         return out
-    inverse = [0] * len(perm)
-    for pos, ax in enumerate(perm):
-        inverse[ax] = pos
-    return out.transpose(inverse)
+    return out.transpose(_indexing.inverse_permutation(perm))
 
 
 @on_stream

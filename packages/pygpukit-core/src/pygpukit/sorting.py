@@ -33,7 +33,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from . import _dtypes, _runtime
+from . import _dtypes, _indexing, _runtime
 from .array import GPUArray, _normalize_axis
 from .streams import on_stream
 
@@ -161,9 +161,7 @@ def _rows(a: GPUArray, axis: Any) -> tuple[GPUArray, int, int, Any]:
     moved = a.transpose([*kept, ax])
     src = moved if moved.is_contiguous else moved.copy()
     lead = moved.shape[:-1]
-    inverse = [0] * a.ndim
-    for pos, i in enumerate([*kept, ax]):
-        inverse[i] = pos
+    inverse = _indexing.inverse_permutation([*kept, ax])
 
     def restore(out: GPUArray, k: int) -> GPUArray:
         res = out.reshape((*lead, k))

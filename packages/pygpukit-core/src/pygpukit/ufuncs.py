@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _dtypes, _runtime
+from . import _dtypes, _indexing, _runtime
 from .array import GPUArray, new_contiguous
 from .streams import Stream, current_stream_handle, on_stream
 from .streams import _local as _stream_local
@@ -131,10 +131,7 @@ def _new_result(shape: tuple[int, ...], dt: np.dtype, like: GPUArray | None) -> 
     )
     if order is None:
         return base
-    inverse = [0] * len(order)
-    for pos, axis in enumerate(order):
-        inverse[axis] = pos
-    return base.transpose(inverse)
+    return base.transpose(_indexing.inverse_permutation(order))
 
 
 def _scalar_value(s: Any, compute: np.dtype) -> Any:
