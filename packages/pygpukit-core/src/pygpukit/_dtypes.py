@@ -101,6 +101,11 @@ def is_complex(dt: np.dtype) -> bool:
     return dt.kind == "c"
 
 
+def complex_part(dt: np.dtype) -> np.dtype:
+    """The float dtype of each part of complex ``dt`` (complex64 -> float32)."""
+    return np.dtype(f"f{dt.itemsize // 2}")
+
+
 def _float_rank(dt: np.dtype) -> int:
     return {float8_e4m3fn: 0, float8_e5m2: 0, float16: 1, bfloat16: 1, float32: 2, float64: 3}[dt]
 

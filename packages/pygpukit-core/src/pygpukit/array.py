@@ -444,7 +444,7 @@ class GPUArray:
         """The real part: for complex arrays a strided view (writable), else the array itself."""
         if self._dtype.kind != "c":
             return self
-        return GPUArray._new(self._shape, _dtypes.as_dtype(f"f{self.itemsize // 2}"), self._block, self._ptr, self.strides)
+        return GPUArray._new(self._shape, _dtypes.complex_part(self._dtype), self._block, self._ptr, self.strides)
 
     @property
     def imag(self) -> GPUArray:
@@ -453,7 +453,7 @@ class GPUArray:
             from .creation import zeros
 
             return zeros(self._shape, self._dtype)
-        part = _dtypes.as_dtype(f"f{self.itemsize // 2}")
+        part = _dtypes.complex_part(self._dtype)
         return GPUArray._new(self._shape, part, self._block, self._ptr + part.itemsize, self.strides)
 
     def conj(self) -> GPUArray:

@@ -119,8 +119,10 @@ class Graph:
             self._stream.wait_event(Event().record())
         self._pool = type(rt.pool)(rt.native.driver_table() if rt.backend == "cuda" else _host_table(), rt.pool.limit)
         self._saved = (rt.pool, rt.ops)
-        rt.pool = rt.ops.pool = _PoolRouter(rt.pool, self._pool, self._stream.handle)
-        if rt.backend == "cpu":
+        rt.pool = _PoolRouter(rt.pool, self._pool, self._stream.handle)
+        if rt.backend == "cuda":
+            rt.ops.pool = rt.pool  # CudaOps keeps its own reference for the hot path
+        else:
             rt.ops = _Recorder(rt.ops)
         self._stream.__enter__()
         _local.capture = self
@@ -161,7 +163,8 @@ class Graph:
         self._stream.__exit__()  # type: ignore[union-attr]
         rt = self._rt
         rt.pool, rt.ops = self._saved  # type: ignore[misc]
-        rt.ops.pool = rt.pool
+        if rt.backend == "cuda":
+            rt.ops.pool = rt.pool
 
     # -- use -------------------------------------------------------------------
     def replay(self, stream: Stream | None = None) -> None:

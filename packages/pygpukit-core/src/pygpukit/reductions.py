@@ -119,12 +119,16 @@ def _reduce_complex(op: str, x: GPUArray, axis: Any, keepdims: bool, dtype: Any)
         raise TypeError(
             f"{_NAMES[op]} is not supported for complex input" + (" (complex numbers have no order)" if op in ("max", "min") else "")
         )
+    return _by_parts("sum", x, dtype, lambda p, part: _reduce("sum", p, axis, keepdims, part))
+
+
+def _by_parts(name: str, x: GPUArray, dtype: Any, fn: Any) -> GPUArray:
+    """A linear reduction or scan of complex ``x`` as ``fn`` (a float one) of each part."""
     out_dt = x.dtype if dtype is None else _dtypes.as_dtype(dtype)
     if not _dtypes.is_complex(out_dt):
-        raise TypeError(f"sum of a complex array into {out_dt} would discard the imaginary part")
-    part = _dtypes.as_dtype(f"f{out_dt.itemsize // 2}")
-    re, im = (_reduce("sum", p, axis, keepdims, part) for p in (x.real, x.imag))
-    return from_parts(re, im, out_dt)
+        raise TypeError(f"{name} of a complex array into {out_dt} would discard the imaginary part")
+    part = _dtypes.complex_part(out_dt)
+    return from_parts(fn(x.real, part), fn(x.imag, part), out_dt)
 
 
 @on_stream
@@ -221,12 +225,7 @@ def _scan(op: str, x: Any, axis: int | None, dtype: Any) -> GPUArray:
     if _dtypes.is_complex(x.dtype):
         if op != "cumsum":
             raise TypeError(f"{op} is not supported for complex input")
-        out_dt = x.dtype if dtype is None else _dtypes.as_dtype(dtype)
-        if not _dtypes.is_complex(out_dt):
-            raise TypeError(f"cumsum of a complex array into {out_dt} would discard the imaginary part")
-        part = _dtypes.as_dtype(f"f{out_dt.itemsize // 2}")
-        re, im = (_scan("cumsum", p, axis, part) for p in (x.real, x.imag))  # linear: the parts separately
-        return from_parts(re, im, out_dt)
+        return _by_parts("cumsum", x, dtype, lambda p, part: _scan("cumsum", p, axis, part))
     if axis is None:
         x, axis = x.reshape(-1), 0
     ax = _normalize_axis(axis, x.ndim)

@@ -60,8 +60,6 @@ def count_nonzero(a: GPUArray, axis: Any = None, keepdims: bool = False) -> GPUA
 
 def masked(a: GPUArray, mask: GPUArray) -> GPUArray:
     """``a[mask]`` for a boolean mask of a's shape: the selected elements, 1-D, C order."""
-    if mask.shape != a.shape:
-        raise IndexError(f"boolean index did not match indexed array: array shape {a.shape}, mask shape {mask.shape}")
     (flat,) = nonzero(mask.reshape(-1))
     return take(a.reshape(-1), flat)
 
@@ -254,7 +252,7 @@ def get_advanced(a: GPUArray, key: Any) -> GPUArray:
     from .creation import asarray
 
     mask = _indexing.boolean_mask(key)
-    if mask is not None and (not isinstance(key, tuple) or len(key) == 1):
+    if mask is not None:  # one boolean array: the compaction when it covers every axis
         m = mask if isinstance(mask, GPUArray) else asarray(np.asarray(mask))
         if m.shape == a.shape:
             return masked(a, m)
