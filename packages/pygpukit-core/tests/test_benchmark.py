@@ -3,6 +3,7 @@ import subprocess
 import sys
 
 from pygpukit.benchmark import Recorder, compare, ratios, table
+from pygpukit.benchmark.harness import median_time_ms
 
 
 def test_ratios_table_and_compare():
@@ -19,6 +20,29 @@ def test_ratios_table_and_compare():
     lines = compare(old, rec.records)
     assert len(lines) == 1 and "REGRESSION add [pygpukit]" in lines[0]
     assert compare([{"bench": "add", "impl": "pygpukit", "metric": "GB/s", "value": 3050.0}], rec.records) == []
+
+
+def test_median_time_ms_times_bursts_per_call():
+    # A fake clock: each call costs 0.5 ms of "GPU" time and the first call of
+    # a measurement 0.3 ms of launch latency, which bursts spread thin.
+    state = {"calls": 0, "t": 0.0}
+
+    def run():
+        state["t"] += 0.5 + (0.3 if state["calls"] == 0 else 0.0)
+        state["calls"] += 1
+
+    def start_stop():
+        def begin():
+            state["calls"], state["t"] = 0, 0.0
+
+        def end():
+            return state["t"]
+
+        return begin, end
+
+    ms = median_time_ms(run, start_stop, warmup=1, reps=5, min_ms=4.0)
+    assert state["calls"] == 5  # ceil(4 / 0.8) calls per measurement
+    assert abs(ms - (5 * 0.5 + 0.3) / 5) < 1e-12
 
 
 def test_benchmark_cli_writes_json(tmp_path):

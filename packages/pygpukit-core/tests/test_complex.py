@@ -166,6 +166,31 @@ def test_reductions(rng, dtype, axis):
 
 
 @pytest.mark.parametrize("dtype", COMPLEX, ids=str)
+@pytest.mark.parametrize("axis", [None, 0, 1])
+def test_products(rng, dtype, axis):
+    # unit-ish magnitudes, so that products of 1320 factors stay in range
+    shape = (40, 33)
+    z = (np.exp(1j * rng.uniform(-np.pi, np.pi, shape)) * rng.uniform(0.8, 1.25, shape)).astype(dtype)
+    g = gp.from_numpy(z)
+    ref = z.astype(np.complex128)
+    n = z.size if axis is None else shape[axis]
+    p = gp.prod(g, axis=axis)
+    assert p.dtype == dtype
+    np.testing.assert_allclose(p.to_numpy(), ref.prod(axis=axis), rtol=TOL[dtype] * n)
+    c = gp.cumprod(g, axis=axis)
+    assert c.dtype == dtype
+    np.testing.assert_allclose(c.to_numpy(), np.cumprod(ref, axis=axis), rtol=TOL[dtype] * n)
+    # wider result dtypes, and a real input with a complex result
+    wide = gp.prod(g, axis=axis, dtype=gp.complex128)
+    assert wide.dtype == gp.complex128
+    np.testing.assert_allclose(wide.to_numpy(), ref.prod(axis=axis), rtol=TOL[gp.complex64] * n)
+    r = np.abs(z).astype(np.float32)
+    pr = gp.cumprod(gp.from_numpy(r), axis=axis, dtype=dtype)
+    assert pr.dtype == dtype
+    np.testing.assert_allclose(pr.to_numpy(), np.cumprod(r.astype(np.float64), axis=axis), rtol=TOL[gp.complex64] * n)
+
+
+@pytest.mark.parametrize("dtype", COMPLEX, ids=str)
 def test_matmul_dot_vdot(rng, dtype):
     a, b = _z(rng, (2, 5, 7), dtype), _z(rng, (7, 3), dtype)
     _close((gp.from_numpy(a) @ gp.from_numpy(b)).to_numpy(), a.astype(np.complex128) @ b, dtype, 10)
@@ -180,8 +205,8 @@ def test_what_complex_numbers_do_not_have(rng):
     g = gp.from_numpy(_z(rng, (4, 4), np.complex64))
     for call in (
         lambda: g < g, lambda: gp.maximum(g, g), lambda: gp.floor(g), lambda: gp.arctan2(g, g), lambda: gp.max(g),
-        lambda: g.argmax(), lambda: gp.sort(g), lambda: gp.unique(g), lambda: gp.cumprod(g), lambda: gp.clip(g, 0, 1),
-        lambda: gp.prod(g), lambda: gp.sum(g, dtype=gp.float32), lambda: gp.random.default_rng(0).bernoulli(size=3, dtype=gp.complex64),
+        lambda: g.argmax(), lambda: gp.sort(g), lambda: gp.unique(g), lambda: gp.clip(g, 0, 1),
+        lambda: gp.prod(g, dtype=gp.float64), lambda: gp.cumprod(g, dtype=gp.float32), lambda: gp.sum(g, dtype=gp.float32), lambda: gp.random.default_rng(0).bernoulli(size=3, dtype=gp.complex64),
     ):  # fmt: skip
         with pytest.raises(TypeError):
             call()

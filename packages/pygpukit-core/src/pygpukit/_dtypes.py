@@ -177,8 +177,9 @@ def _promote_weak(dt: np.dtype, scalar: bool | int | float | complex) -> np.dtyp
 
 def accumulator(out_dt: np.dtype) -> np.dtype:
     """What kernels accumulate sums and products in for a result dtype: float64 for
-    float64, float32 for the other floats, 64-bit integers for integers and bool."""
-    if out_dt == float64:
+    float64, float32 for the other floats, 64-bit integers for integers and bool,
+    the complex dtype itself for complex (as NumPy)."""
+    if out_dt == float64 or is_complex(out_dt):
         return out_dt
     if is_float(out_dt):
         return float32

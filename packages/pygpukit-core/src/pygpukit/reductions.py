@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from . import _dtypes, _indexing, _runtime
-from .array import GPUArray, _normalize_axis, from_parts
+from .array import GPUArray, _normalize_axis
 from .streams import on_stream
 
 _NAMES = {"sum": "add", "prod": "multiply", "max": "maximum", "min": "minimum"}
@@ -47,7 +47,7 @@ def compare_dtype(dt: np.dtype) -> np.dtype:
 def _plan(op: str, dt: np.dtype, dtype: Any) -> tuple[np.dtype, np.dtype, Any]:
     """(result dtype, accumulator dtype, identity) of reduction ``op`` over ``dt``."""
     if op in ("sum", "prod"):
-        out = _dtypes.sum_dtype(dt) if dtype is None else _dtypes.as_dtype(dtype)
+        out = _linear_dtype(op, dt, dtype)
         return out, _dtypes.accumulator(out), 0 if op == "sum" else 1
     if op in ("all", "any"):
         return _dtypes.bool_, _dtypes.int32, 1 if op == "all" else 0
@@ -85,8 +85,8 @@ def _layout(x: GPUArray, axes: tuple[int, ...]) -> tuple[str, GPUArray, tuple[in
 def _reduce(op: str, x: Any, axis: Any, keepdims: bool, dtype: Any = None) -> GPUArray:
     if not isinstance(x, GPUArray):
         raise TypeError(f"{op}() expects a GPUArray, got {type(x).__name__}")
-    if _dtypes.is_complex(x.dtype):
-        return _reduce_complex(op, x, axis, keepdims, dtype)
+    if _dtypes.is_complex(x.dtype) and op not in ("sum", "prod"):
+        return _reduce_complex(op, x, axis, keepdims)
     axes = _axes(axis, x.ndim)
     out_dt, acc_dt, init = _plan(op, x.dtype, dtype)
     kept_shape = tuple(d for i, d in enumerate(x.shape) if i not in axes)
@@ -108,27 +108,22 @@ def _reduce(op: str, x: Any, axis: Any, keepdims: bool, dtype: Any = None) -> GP
     return out
 
 
-def _reduce_complex(op: str, x: GPUArray, axis: Any, keepdims: bool, dtype: Any) -> GPUArray:
-    """Sums of complex arrays as the sums of their real and imaginary parts (each
-    a float reduction, so equally accurate); all/any on ``x != 0``."""
-    if op in ("all", "any"):
-        from .ufuncs import not_equal
+def _reduce_complex(op: str, x: GPUArray, axis: Any, keepdims: bool) -> GPUArray:
+    """all/any of a complex array on ``x != 0``; complex numbers have no order."""
+    if op in ("max", "min"):
+        raise TypeError(f"{_NAMES[op]} is not supported for complex input (complex numbers have no order)")
+    from .ufuncs import not_equal
 
-        return _reduce(op, not_equal(x, 0), axis, keepdims)
-    if op != "sum":
-        raise TypeError(
-            f"{_NAMES[op]} is not supported for complex input" + (" (complex numbers have no order)" if op in ("max", "min") else "")
-        )
-    return _by_parts("sum", x, dtype, lambda p, part: _reduce("sum", p, axis, keepdims, part))
+    return _reduce(op, not_equal(x, 0), axis, keepdims)
 
 
-def _by_parts(name: str, x: GPUArray, dtype: Any, fn: Any) -> GPUArray:
-    """A linear reduction or scan of complex ``x`` as ``fn`` (a float one) of each part."""
-    out_dt = x.dtype if dtype is None else _dtypes.as_dtype(dtype)
-    if not _dtypes.is_complex(out_dt):
-        raise TypeError(f"{name} of a complex array into {out_dt} would discard the imaginary part")
-    part = _dtypes.complex_part(out_dt)
-    return from_parts(fn(x.real, part), fn(x.imag, part), out_dt)
+def _linear_dtype(name: str, dt: np.dtype, dtype: Any) -> np.dtype:
+    """The result dtype of sum/prod/cumsum/cumprod of a ``dt`` array, NumPy's unless
+    ``dtype`` is given; a complex input keeps its imaginary part or raises."""
+    out = _dtypes.sum_dtype(dt) if dtype is None else _dtypes.as_dtype(dtype)
+    if _dtypes.is_complex(dt) and not _dtypes.is_complex(out):
+        raise TypeError(f"{name} of a complex array into {out} would discard the imaginary part")
+    return out
 
 
 @on_stream
@@ -222,14 +217,10 @@ def std(x: GPUArray, axis: Any = None, dtype: Any = None, ddof: int = 0, keepdim
 def _scan(op: str, x: Any, axis: int | None, dtype: Any) -> GPUArray:
     if not isinstance(x, GPUArray):
         raise TypeError(f"{op}() expects a GPUArray, got {type(x).__name__}")
-    if _dtypes.is_complex(x.dtype):
-        if op != "cumsum":
-            raise TypeError(f"{op} is not supported for complex input")
-        return _by_parts("cumsum", x, dtype, lambda p, part: _scan("cumsum", p, axis, part))
     if axis is None:
         x, axis = x.reshape(-1), 0
     ax = _normalize_axis(axis, x.ndim)
-    out_dt = _dtypes.sum_dtype(x.dtype) if dtype is None else _dtypes.as_dtype(dtype)
+    out_dt = _linear_dtype(op, x.dtype, dtype)
     kept = [i for i in range(x.ndim) if i != ax]
     src = x.transpose([*kept, ax])
     src = src if src.is_contiguous else src.copy()

@@ -349,7 +349,6 @@ class CudaOps:
         (or 0-d for "all") array of ``out_dt``."""
         stream = current_stream_handle()
         fop, ti, ta, to = _REDUCE_OPS[op], _C[src.dtype], _C[acc_dt], _C[out_dt]
-        pack_init = _pack_value(acc_dt, init)
         if kind == "all":
             (n,) = dims
             vec = vec_width(src)
@@ -358,8 +357,30 @@ class CudaOps:
             out = GPUArray._empty((), out_dt, stream)
             f1 = self._fn("reduce", ALL_PARTIAL.format(op=fop, a=ti, acc=ta, vec=vec))
             f2 = self._fn("reduce", ALL_FINAL.format(op=fop, acc=ta, o=to))
-            self.launch(f1, blocks, 1, 1, REDUCE_THREADS, 1, 1, 0, stream, struct.pack("@PPq", src.data_ptr, partials.ptr, n) + pack_init)
-            self.launch(f2, 1, 1, 1, REDUCE_THREADS, 1, 1, 0, stream, struct.pack("@PPq", partials.ptr, out.data_ptr, blocks) + pack_init)
+            self.launch(
+                f1,
+                blocks,
+                1,
+                1,
+                REDUCE_THREADS,
+                1,
+                1,
+                0,
+                stream,
+                _append_value(struct.pack("@PPq", src.data_ptr, partials.ptr, n), acc_dt, init),
+            )
+            self.launch(
+                f2,
+                1,
+                1,
+                1,
+                REDUCE_THREADS,
+                1,
+                1,
+                0,
+                stream,
+                _append_value(struct.pack("@PPq", partials.ptr, out.data_ptr, blocks), acc_dt, init),
+            )
             # partials returns to the pool on this stream: later work on it is ordered after these kernels.
             return out
         if kind == "rows":
@@ -370,12 +391,23 @@ class CudaOps:
                 vec //= 2
             fn = self._fn("reduce", REDUCE_ROWS.format(op=fop, a=ti, acc=ta, o=to, vec=vec))
             grid = min(m, 65535 * 16)
-            self.launch(fn, grid, 1, 1, REDUCE_THREADS, 1, 1, 0, stream, struct.pack("@PPqq", src.data_ptr, out.data_ptr, m, k) + pack_init)
+            self.launch(
+                fn,
+                grid,
+                1,
+                1,
+                REDUCE_THREADS,
+                1,
+                1,
+                0,
+                stream,
+                _append_value(struct.pack("@PPqq", src.data_ptr, out.data_ptr, m, k), acc_dt, init),
+            )
             return out
         outer, k, n = dims
         out = GPUArray._empty((outer * n,), out_dt, stream)
         fn = self._fn("reduce", REDUCE_COLS.format(op=fop, a=ti, acc=ta, o=to))
-        args = struct.pack("@PPqqq", src.data_ptr, out.data_ptr, outer, k, n) + pack_init
+        args = _append_value(struct.pack("@PPqqq", src.data_ptr, out.data_ptr, outer, k, n), acc_dt, init)
         self.launch(fn, min(_grid_for(outer * n, 32), self.sms * 64), 1, 1, 32, 16, 1, 0, stream, args)
         return out
 
@@ -400,7 +432,7 @@ class CudaOps:
         out = GPUArray._empty((m * k,), out_dt, stream)
         if out.size:
             expr = SCAN_ROWS.format(op=_SCAN_OPS[op], a=_C[src.dtype], acc=_C[acc_dt], o=_C[out_dt])
-            args = struct.pack("@PPqq", src.data_ptr, out.data_ptr, m, k) + _pack_value(acc_dt, 0 if op == "cumsum" else 1)
+            args = _append_value(struct.pack("@PPqq", src.data_ptr, out.data_ptr, m, k), acc_dt, 0 if op == "cumsum" else 1)
             self.launch(self._fn("scan", expr), min(m, 65535 * 16), 1, 1, 256, 1, 1, 0, stream, args)
         return out
 
@@ -658,9 +690,10 @@ class CudaOps:
         return out
 
 
-def _pack_value(dt: np.dtype, value: Any) -> bytes:
-    """The last kernel parameter, of dtype ``dt``, after 8-byte parameters (so aligned for any dtype)."""
-    return _dtypes.scalar_bytes(value, dt)
+def _append_value(head: bytes, dt: np.dtype, value: Any) -> bytes:
+    """Kernel parameters ``head`` followed by ``value`` as dtype ``dt``, padded to
+    its alignment (its size: complex128 is 16-byte aligned, as in C++)."""
+    return head + bytes(-len(head) % dt.itemsize) + _dtypes.scalar_bytes(value, dt)
 
 
 def instantiations() -> dict[str, list[str]]:
@@ -679,16 +712,20 @@ def instantiations() -> dict[str, list[str]]:
             elementwise.append(CAST_STRIDED.format(a=c, o=_C[other]))
     from ..reductions import _plan, compare_dtype
 
-    real = [dt for dt in dts if not _dtypes.is_complex(dt)]  # complex: elementwise, casts, fills and gathers only
+    real = [dt for dt in dts if not _dtypes.is_complex(dt)]
     reduce: list[str] = []
-    for dt in real:
+    for dt in dts:
         for op, fop in _REDUCE_OPS.items():
+            if _dtypes.is_complex(dt) and op not in ("sum", "prod"):  # the others go through real kernels
+                continue
             out_dt, acc, _ = _plan(op, dt, None)
             args = {"op": fop, "a": _C[dt], "acc": _C[acc], "o": _C[out_dt]}
             reduce.append(ALL_PARTIAL.format(vec=vec[dt], **args))
             reduce.append(ALL_FINAL.format(**args))
             reduce += [REDUCE_ROWS.format(vec=v, **args) for v in sorted({1, vec[dt]})]
             reduce.append(REDUCE_COLS.format(**args))
+        if _dtypes.is_complex(dt):
+            continue
         tc = _C[compare_dtype(dt)]
         reduce += [ARG_ROWS.format(max=m, a=_C[dt], c=tc, vec=v) for m in ("true", "false") for v in (1, vec[dt])]
     indexing = [
@@ -705,7 +742,7 @@ def instantiations() -> dict[str, list[str]]:
     ]
     scan = [
         SCAN_ROWS.format(op=fop, a=_C[dt], acc=_C[_dtypes.accumulator(_dtypes.sum_dtype(dt))], o=_C[_dtypes.sum_dtype(dt)])
-        for dt in real
+        for dt in dts
         for fop in _SCAN_OPS.values()
     ]
     return {

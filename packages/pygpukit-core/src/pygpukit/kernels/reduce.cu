@@ -5,7 +5,8 @@
 // Ops are functors over the accumulator type; the identity comes from the
 // host (`init`), so one template serves sum, prod, max, min, all, any.
 // Accumulators: float for 8/16/32-bit floats, double for double, 64-bit
-// integers for integers and bool (NumPy's sum/prod dtypes), int for all/any.
+// integers for integers and bool (NumPy's sum/prod dtypes), the complex type
+// itself for complex, int for all/any.
 // all_partial: a fixed grid (a few blocks per SM) walks the array with
 // vector loads; each thread keeps kAcc independent accumulators (more loads
 // in flight, and a shorter sequential chain: the float error grows with the
@@ -53,7 +54,7 @@ __device__ __forceinline__ TAcc load_acc(TI v) {
 template <class Op, class T>
 __device__ __forceinline__ T warp_reduce(T v) {
 #pragma unroll
-  for (int off = 16; off > 0; off >>= 1) v = Op()(v, __shfl_xor_sync(0xffffffffu, v, off));
+  for (int off = 16; off > 0; off >>= 1) v = Op()(v, shfl_xor(v, off));
   return v;
 }
 

@@ -2,7 +2,8 @@
 // op(x[r, 0..k]). One block per row walks it in chunks of blockDim.x
 // elements; each chunk is scanned with warp shuffles and a scan of the warp
 // totals in shared memory, then offset by the carry of the chunks before.
-// Accumulation in TAcc (float32 for 8/16/32-bit floats, as the reductions).
+// Accumulation in TAcc (float32 for 8/16/32-bit floats, as the reductions;
+// complex in its own type).
 #include "pgk/types.cuh"
 
 namespace pgk {
@@ -28,7 +29,7 @@ scan_rows(const TI* __restrict__ x, TO* __restrict__ out, long long M, long long
       TAcc v = k < K ? cast<TAcc>(row[k]) : identity;
 #pragma unroll
       for (int off = 1; off < 32; off <<= 1) {
-        TAcc u = __shfl_up_sync(0xffffffffu, v, off);
+        TAcc u = shfl_up(v, off);
         if (lane >= off) v = Op()(u, v);
       }
       if (lane == 31) warp_totals[warp] = v;
@@ -37,7 +38,7 @@ scan_rows(const TI* __restrict__ x, TO* __restrict__ out, long long M, long long
         TAcc t = lane < kScanThreads / 32 ? warp_totals[lane] : identity;
 #pragma unroll
         for (int off = 1; off < kScanThreads / 32; off <<= 1) {
-          TAcc u = __shfl_up_sync(0xffffffffu, t, off);
+          TAcc u = shfl_up(t, off);
           if (lane >= off) t = Op()(u, t);
         }
         if (lane < kScanThreads / 32) warp_totals[lane] = t;  // inclusive scan of the warp totals

@@ -1,27 +1,8 @@
-// Complex arithmetic and the complex forms of the m_* math functions, with
-// NumPy's formulas (npymath's nc_* functions): Smith's division, exp/log by
+// The complex forms of the m_* math functions, with NumPy's formulas
+// (npymath's nc_* functions; the arithmetic operators are in types.cuh): exp/log by
 // parts, sqrt without cancellation, pow by squaring for small integer powers.
 // Included by math.cuh inside namespace pgk, after the real overloads.
 #pragma once
-
-template <class R> __device__ __forceinline__ complex<R> operator+(complex<R> a, complex<R> b) { return {a.re + b.re, a.im + b.im}; }
-template <class R> __device__ __forceinline__ complex<R> operator-(complex<R> a, complex<R> b) { return {a.re - b.re, a.im - b.im}; }
-template <class R> __device__ __forceinline__ complex<R> operator-(complex<R> a) { return {-a.re, -a.im}; }
-template <class R> __device__ __forceinline__ complex<R> operator*(complex<R> a, complex<R> b) {
-  return {a.re * b.re - a.im * b.im, a.re * b.im + a.im * b.re};
-}
-template <class R> __device__ __forceinline__ complex<R> operator/(complex<R> n, complex<R> d) {
-  const R ar = d.re < 0 ? -d.re : d.re, ai = d.im < 0 ? -d.im : d.im;
-  if (ar >= ai) {
-    if (ar == 0 && ai == 0) return {n.re / ar, n.im / ar};  // division by zero: inf/nan as NumPy
-    const R r = d.im / d.re, den = d.re + d.im * r;
-    return {(n.re + n.im * r) / den, (n.im - n.re * r) / den};
-  }
-  const R r = d.re / d.im, den = d.im + d.re * r;
-  return {(n.re * r + n.im) / den, (n.im * r - n.re) / den};
-}
-template <class R> __device__ __forceinline__ bool operator==(complex<R> a, complex<R> b) { return a.re == b.re && a.im == b.im; }
-template <class R> __device__ __forceinline__ bool operator!=(complex<R> a, complex<R> b) { return !(a == b); }
 
 template <class R> __device__ __forceinline__ bool is_nan(complex<R> z) { return z.re != z.re || z.im != z.im; }
 template <class R> __device__ __forceinline__ bool is_inf(complex<R> z) { return is_inf(z.re) || is_inf(z.im); }

@@ -99,7 +99,7 @@ struct float8_e5m2 {
 };
 
 // complex64 / complex128: NumPy's layout (real, imaginary), aligned to its
-// size as NumPy's and DLPack's complex types are. Arithmetic and math are in
+// size as NumPy's and DLPack's complex types are. Math functions are in
 // pgk/complex.cuh.
 template <class R>
 struct alignas(2 * sizeof(R)) complex {
@@ -112,6 +112,37 @@ using complex64 = complex<float>;
 using complex128 = complex<double>;
 template <class T> struct is_complex { static constexpr bool value = false; };
 template <class R> struct is_complex<complex<R>> { static constexpr bool value = true; };
+
+// Complex arithmetic (Smith's division, as NumPy), here rather than in
+// complex.cuh so that reductions and scans accumulate complex values too.
+template <class R> __device__ __forceinline__ complex<R> operator+(complex<R> a, complex<R> b) { return {a.re + b.re, a.im + b.im}; }
+template <class R> __device__ __forceinline__ complex<R> operator-(complex<R> a, complex<R> b) { return {a.re - b.re, a.im - b.im}; }
+template <class R> __device__ __forceinline__ complex<R> operator-(complex<R> a) { return {-a.re, -a.im}; }
+template <class R> __device__ __forceinline__ complex<R> operator*(complex<R> a, complex<R> b) {
+  return {a.re * b.re - a.im * b.im, a.re * b.im + a.im * b.re};
+}
+template <class R> __device__ __forceinline__ complex<R> operator/(complex<R> n, complex<R> d) {
+  const R ar = d.re < 0 ? -d.re : d.re, ai = d.im < 0 ? -d.im : d.im;
+  if (ar >= ai) {
+    if (ar == 0 && ai == 0) return {n.re / ar, n.im / ar};  // division by zero: inf/nan as NumPy
+    const R r = d.im / d.re, den = d.re + d.im * r;
+    return {(n.re + n.im * r) / den, (n.im - n.re * r) / den};
+  }
+  const R r = d.re / d.im, den = d.im + d.re * r;
+  return {(n.re * r + n.im) / den, (n.im * r - n.re) / den};
+}
+template <class R> __device__ __forceinline__ bool operator==(complex<R> a, complex<R> b) { return a.re == b.re && a.im == b.im; }
+template <class R> __device__ __forceinline__ bool operator!=(complex<R> a, complex<R> b) { return !(a == b); }
+
+// Warp shuffles of any value type: a complex value moves as its two parts.
+template <class T> __device__ __forceinline__ T shfl_xor(T v, int mask) { return __shfl_xor_sync(0xffffffffu, v, mask); }
+template <class R> __device__ __forceinline__ complex<R> shfl_xor(complex<R> v, int mask) {
+  return {shfl_xor(v.re, mask), shfl_xor(v.im, mask)};
+}
+template <class T> __device__ __forceinline__ T shfl_up(T v, int delta) { return __shfl_up_sync(0xffffffffu, v, delta); }
+template <class R> __device__ __forceinline__ complex<R> shfl_up(complex<R> v, int delta) {
+  return {shfl_up(v.re, delta), shfl_up(v.im, delta)};
+}
 
 // The type arithmetic is done in: float for the 8- and 16-bit floats, the
 // type itself otherwise.
