@@ -25,6 +25,7 @@ TEST_DIRS = [
     "native-libs/driver/tests",
     "tests-integration",
 ]
+EXAMPLE_PLUGIN_TESTS = "tests-integration/plugin"
 nox.options.default_venv_backend = "uv|virtualenv"
 nox.options.sessions = ["tests", "rust", "lint", "docs"]
 
@@ -39,7 +40,11 @@ def tests(session: nox.Session) -> None:
     """All Python tests on the CPU backend, against the installed wheels (not the source tree)."""
     _install_packages(session)
     session.install("pytest>=8", "hypothesis>=6")
-    session.run("pytest", "-q", *TEST_DIRS, *session.posargs, env={"PYGPUKIT_CACHE_DIR": str(ROOT / ".nox" / "kernel-cache")})
+    env = {"PYGPUKIT_CACHE_DIR": str(ROOT / ".nox" / "kernel-cache")}
+    session.run("pytest", "-q", *TEST_DIRS, f"--ignore={EXAMPLE_PLUGIN_TESTS}", *session.posargs, env=env)
+    # a third-party plugin, built and installed now: discovery, listing, routing, disabling
+    session.install("./tests-integration/example-plugin", "--no-deps")
+    session.run("pytest", "-q", EXAMPLE_PLUGIN_TESTS, *session.posargs, env=env)
 
 
 @nox.session(venv_backend="none")

@@ -24,13 +24,13 @@ def test_core_is_the_installed_wheel_with_both_native_modules():
         assert os.path.isfile(os.path.join(pkg_dir, rel)), rel
 
 
-def test_core_dependencies_are_only_numpy_ml_dtypes_and_nvrtc():
+def test_core_dependencies_are_only_numpy_ml_dtypes_pluggy_and_nvrtc():
     names = {
         r.split(";")[0].split(">")[0].split("=")[0].split("<")[0].strip()
         for r in metadata.requires("pygpukit-core") or []
         if "extra ==" not in r
     }
-    assert names == {"numpy", "ml_dtypes", "nvidia-cuda-nvrtc"}
+    assert names == {"numpy", "ml_dtypes", "pluggy", "nvidia-cuda-nvrtc"}
 
 
 @pytest.mark.parametrize("module", PLUGINS)

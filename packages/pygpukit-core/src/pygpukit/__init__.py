@@ -6,9 +6,11 @@ backend when there is no usable GPU) is chosen on first use.
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
+
 __version__ = "0.1.0"
 
-from . import memory, random
+from . import memory, ops, plugins, random
 from ._dtypes import (
     bfloat16,
     bool_,
@@ -31,7 +33,17 @@ from ._dtypes import (
     uint32,
     uint64,
 )
-from ._errors import BackendError, CompileError, CudaError, GraphCaptureError, NVRTCError, OutOfMemoryError, PyGPUkitError
+from ._errors import (
+    BackendError,
+    CompileError,
+    CudaError,
+    GraphCaptureError,
+    NVRTCError,
+    OutOfMemoryError,
+    PluginError,
+    PyGPUkitError,
+    RouteError,
+)
 from .array import Device, GPUArray
 from .array_api import (
     __array_api_version__,
@@ -194,6 +206,22 @@ from .ufuncs import (
 )
 
 
+def route(op: str, target: str | None) -> None:
+    """Run ``op`` only on ``target``: a backend ("cuda", "triton", "cpu"), a plugin,
+    or one implementation ("plugin:name", as ``gp.ops.table()`` lists them); None
+    removes the route. Process-wide. A target that cannot run here raises RouteError."""
+    from .registry import REGISTRY
+
+    REGISTRY.route(op, target)
+
+
+def routing(**routes: str | None) -> AbstractContextManager[None]:
+    """``with gp.routing(rms_norm="triton", matmul="cuda"):`` routes for the block, then the previous ones."""
+    from .registry import REGISTRY
+
+    return REGISTRY.routing(**routes)
+
+
 def backend() -> str:
     """ "cuda" or "cpu" (choosing it now if not chosen yet)."""
     from . import _runtime
@@ -219,7 +247,9 @@ __all__ = [
     "JitKernel",
     "NVRTCError",
     "OutOfMemoryError",
+    "PluginError",
     "PyGPUkitError",
+    "RouteError",
     "Stream",
     "Ufunc",
     "__array_api_version__",
@@ -358,9 +388,11 @@ __all__ = [
     "not_equal",
     "ones",
     "ones_like",
+    "ops",
     "outer",
     "pad",
     "permute_dims",
+    "plugins",
     "positive",
     "pow",
     "power",
@@ -378,6 +410,8 @@ __all__ = [
     "rint",
     "roll",
     "round",
+    "route",
+    "routing",
     "rsqrt",
     "searchsorted",
     "sigmoid",

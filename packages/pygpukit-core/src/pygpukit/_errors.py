@@ -12,7 +12,9 @@ __all__ = [
     "CudaError",
     "NVRTCError",
     "OutOfMemoryError",
+    "PluginError",
     "PyGPUkitError",
+    "RouteError",
 ]
 
 
@@ -74,3 +76,14 @@ class BackendError(PyGPUkitError, RuntimeError):
 class GraphCaptureError(PyGPUkitError, RuntimeError):
     """A graph capture broke one of its rules (a host synchronization inside
     ``with gp.graph():``, nested captures), or a graph was used before capture."""
+
+
+class RouteError(PyGPUkitError, ValueError):
+    """An op was routed to an implementation that cannot run it: a backend
+    that is not available here, a name no plugin registered, or dtypes the
+    routed implementations do not take. The message lists what exists."""
+
+
+class PluginError(PyGPUkitError, RuntimeError):
+    """A plugin broke the registry's rules (a duplicate name, an unknown
+    backend or op); the message names the plugin."""

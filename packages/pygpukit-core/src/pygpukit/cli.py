@@ -1,4 +1,4 @@
-"""The ``pygpukit`` command: info, doctor, demo."""
+"""The ``pygpukit`` command: info, doctor, demo, ops, plugins."""
 
 from __future__ import annotations
 
@@ -14,6 +14,10 @@ def main(argv: list[str] | None = None) -> int:
     p_info.add_argument("--json", action="store_true", help="print as JSON")
     sub.add_parser("doctor", help="check the installation and say how to fix problems")
     sub.add_parser("demo", help="a short tour: info, array ops, a jit kernel, pool stats")
+    p_ops = sub.add_parser("ops", help="every op, its implementations, and which one runs here and why")
+    p_ops.add_argument("--json", action="store_true", help="print as JSON")
+    p_plugins = sub.add_parser("plugins", help="the plugins found, where they came from and their state")
+    p_plugins.add_argument("--json", action="store_true", help="print as JSON")
     args = parser.parse_args(argv)
 
     if args.command == "info":
@@ -26,9 +30,33 @@ def main(argv: list[str] | None = None) -> int:
         from .doctor import main as doctor_main
 
         return doctor_main()
+    if args.command == "ops":
+        from . import ops
+
+        print(json.dumps(ops.as_json_rows(), indent=1) if args.json else ops.format_table())
+        return 0
+    if args.command == "plugins":
+        return _plugins(args.json)
     from .demo import main as demo_main
 
     return demo_main()
+
+
+def _plugins(as_json: bool) -> int:
+    from . import plugins
+
+    rows = [
+        {"name": p.name, "status": p.status, "source": p.source, "version": p.info.version if p.info else "",
+         "description": p.info.description if p.info else ""}
+        for p in plugins.plugins()
+    ]  # fmt: skip
+    if as_json:
+        print(json.dumps(rows, indent=1))
+    elif not rows:
+        print("no plugins installed (packages announce themselves through the entry-point group 'pygpukit')")
+    for r in [] if as_json else rows:
+        print(f"{r['name']} {r['version']}: {r['status']}\n  {r['source']}" + (f"\n  {r['description']}" if r["description"] else ""))
+    return 0
 
 
 if __name__ == "__main__":

@@ -1,8 +1,8 @@
 """Linear algebra entry points: matmul (``@``), dot, vdot, outer.
 
-The core implementation is a correct reference (exact FP32: no TF32, no
-tensor cores) for every dtype; the gemm plugin will register the fast paths
-through the op registry.
+``matmul`` is a registry op: the core implementation here is a correct
+reference (exact FP32: no TF32, no tensor cores) for every dtype, and plugins
+(pygpukit-gemm) register faster ones for the dtypes and shapes they serve.
 """
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ import numpy as np
 
 from . import _dtypes, _runtime
 from .array import GPUArray, broadcast_to, from_parts
+from .registry import builtin
 from .streams import on_stream
 
 
-@on_stream
-def matmul(a: GPUArray, b: GPUArray) -> GPUArray:
+def _matmul(a: GPUArray, b: GPUArray) -> GPUArray:
     """Matrix product with NumPy's rules: 1-D operands are promoted and the added
     axis removed, leading axes broadcast as a batch; no 0-d operands."""
     if not isinstance(a, GPUArray) or not isinstance(b, GPUArray):
@@ -48,6 +48,9 @@ def matmul(a: GPUArray, b: GPUArray) -> GPUArray:
     if b.ndim == 1:
         out = out.squeeze(-1)
     return out
+
+
+matmul = builtin("matmul", _matmul, nkey=2)
 
 
 def _complex_matmul(a: GPUArray, b: GPUArray) -> GPUArray:

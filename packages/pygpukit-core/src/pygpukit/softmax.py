@@ -25,6 +25,7 @@ import numpy as np
 from . import _dtypes, _indexing, _runtime
 from .array import GPUArray
 from .reductions import _axes
+from .registry import builtin
 from .streams import on_stream
 
 MODES = {"softmax": 0, "log_softmax": 1, "logsumexp": 2}
@@ -131,17 +132,20 @@ def _along(mode: str, x: Any, axis: Any) -> GPUArray:
     return out.transpose(_indexing.inverse_permutation(perm))
 
 
-@on_stream
-def softmax(x: GPUArray, axis: Any = -1) -> GPUArray:
+def _softmax(x: GPUArray, axis: Any = -1) -> GPUArray:
     """exp(x) / sum(exp(x)) along ``axis`` (an int, a tuple of ints or None for all),
     computed as exp(x - max) / sum(exp(x - max)). A slice of -inf gives NaN."""
     return _along("softmax", x, axis)
 
 
-@on_stream
-def log_softmax(x: GPUArray, axis: Any = -1) -> GPUArray:
+def _log_softmax(x: GPUArray, axis: Any = -1) -> GPUArray:
     """log(softmax(x)) along ``axis``, computed as (x - max) - log(sum(exp(x - max)))."""
     return _along("log_softmax", x, axis)
+
+
+# registry ops: plugins (pygpukit-nn, pygpukit-triton) may register faster ones
+softmax = builtin("softmax", _softmax, nkey=1)
+log_softmax = builtin("log_softmax", _log_softmax, nkey=1)
 
 
 @on_stream

@@ -1,0 +1,41 @@
+"""The hooks a pygpukit plugin implements (pluggy, project name "pygpukit").
+
+A plugin is a module or object with functions marked ``@hookimpl``; an
+installed package announces it through the entry-point group ``pygpukit``::
+
+    [project.entry-points.pygpukit]
+    mine = "my_package.plugin"
+
+and an object that is not installed is registered with
+``gp.plugins.register(obj, name="mine")``. Hooks are called once per plugin
+when the registry is first used (not at ``import pygpukit``), each with
+registrars bound to the plugin's name, so every op, implementation and model
+is attributed to the plugin that gave it.
+"""
+
+from __future__ import annotations
+
+import pluggy
+
+from .manager import ModelRegistrar, OpRegistrar, PluginInfo
+
+PROJECT = "pygpukit"
+hookspec = pluggy.HookspecMarker(PROJECT)
+hookimpl = pluggy.HookimplMarker(PROJECT)
+
+
+@hookspec(firstresult=True)
+def pygpukit_plugin_info() -> PluginInfo:  # type: ignore[empty-body]
+    """Name, version and a one-line description of the plugin."""
+
+
+@hookspec
+def pygpukit_register_ops(registry: OpRegistrar) -> None:
+    """Define new ops (``registry.define``) and register implementations
+    (``registry.register(op, fn, backend=..., dtypes=..., min_sm=..., priority=...,
+    predicate=...)``) of new or existing ops."""
+
+
+@hookspec
+def pygpukit_register_models(registry: ModelRegistrar) -> None:
+    """Register model architectures: ``registry.register(name, loader, description=...)``."""
