@@ -47,11 +47,29 @@ def test_median_time_ms_times_bursts_per_call():
 
 def test_benchmark_cli_writes_json(tmp_path):
     out = tmp_path / "r.json"
-    cmd = [sys.executable, "-m", "pygpukit.benchmark", "--quick", "--only", "host_overhead", "--only", "import", "--json", str(out)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pygpukit.benchmark",
+        "--quick",
+        "--only",
+        "host_overhead",
+        "--only",
+        "import",
+        "--only",
+        "dispatch",
+        "--json",
+        str(out),
+    ]
     subprocess.run(cmd, check=True, capture_output=True, text=True)
     records = json.loads(out.read_text())
     benches = {(r["bench"], r["impl"]) for r in records}
     assert ("tiny_add_1024_host", "pygpukit") in benches and ("import_pygpukit", "pygpukit") in benches
+    assert {
+        ("dispatch_noop_host", "pygpukit"),
+        ("dispatch_noop_host", "direct"),
+        ("dispatch_matmul_16_overhead_host", "pygpukit"),
+    } <= benches
     for r in records:
         assert set(r) >= {"bench", "impl", "metric", "value", "higher_is_better", "gpu", "date"}
         assert r["value"] > 0

@@ -17,6 +17,7 @@ import pygpukit as gp
 
 from .. import _runtime
 from . import peers
+from .dispatch import bench_dispatch
 from .elementwise import bench_elementwise
 from .graphs import bench_graphs
 from .harness import Recorder, host_time_us, median_time_ms
@@ -252,6 +253,7 @@ SUITE = {
     "bandwidth": bench_bandwidth,
     "elementwise": bench_elementwise,
     "host_overhead": bench_host_overhead,
+    "dispatch": bench_dispatch,
     "launch": bench_launch,
     "graphs": bench_graphs,
     "reductions": bench_reductions,
