@@ -58,22 +58,26 @@ def bench_elementwise(rec: Recorder, quick: bool) -> None:
     x_host, y_host = (np.abs(rng.standard_normal(1 << log2, dtype=np.float32)) + 0.5 for _ in range(2))
     side = (2048 if quick else 8192) if gpu else 1024
     square = rng.standard_normal((side, side), dtype=np.float32)
-    for name, timer, mod in _impls(quick):
-        for bf16 in (False, True):
-            x, y = _upload(name, mod, x_host, bf16), _upload(name, mod, y_host, bf16)
-            if x is None:
-                continue
-            size = 2 if bf16 else 4
-            for op in UNARY + BINARY:
+    impls = _impls(quick)
+    # Each op is measured for every implementation in turn, so that clock and
+    # thermal drift over the run does not favour whichever library goes first.
+    for bf16 in (False, True):
+        inputs = [(name, timer, mod, _upload(name, mod, x_host, bf16), _upload(name, mod, y_host, bf16)) for name, timer, mod in impls]
+        size = 2 if bf16 else 4
+        for op in UNARY + BINARY:
+            for name, timer, mod, x, y in inputs:
                 f = _fn(name, op, mod)
-                if f is None:
+                if x is None or f is None:
                     continue
                 args = (x,) if op in UNARY else (x, y)
                 out_size = 1 if op in ("isnan", "less") else size
                 moved = (len(args) * size + out_size) << log2
                 ms = median_time_ms(functools.partial(f, *args), timer, warm, reps)
                 rec.add(f"{op}_{'bf16' if bf16 else 'f32'}_2^{log2}", name, "GB/s", moved / ms / 1e6, True)
-            del x, y
+        del inputs
+        for name, _, mod in impls:
+            _free(name, mod)
+    for name, timer, mod in impls:
         a = _upload(name, mod, square, False)
         exp = _fn(name, "exp", mod)
         assert exp is not None  # every implementation has exp
