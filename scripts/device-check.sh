@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Run on the GPU test machine (no Rust, no network) from the repository root:
 #   scripts/device-check.sh RESULTS_DIR [pytest args...]
-# Needs .carry/_rt.abi3.so (built here by scripts/build-rt.sh and carried along).
+# Needs .carry/_rt.abi3.so (built here by scripts/build-rt.sh and carried along);
+# plugin wheels in .carry/wheels (scripts/build-plugin-wheels.sh) are installed
+# too: pygpukit-gemm before the tests (its tests run with core's), the example
+# plugin after them, for tests-integration/plugin.
 # Installs pygpukit-core with --target into /tmp/pgk-site (the machine's python3
 # keeps seeing its own torch, cupy, nvidia-cuda-nvrtc, scikit-build-core,
 # pybind11; a venv made from it would not), runs every test
@@ -22,14 +25,24 @@ rm -rf "$SITE"
 PYGPUKIT_PREBUILT_RT="$RT" python3 -m pip install -v --no-build-isolation --no-deps --no-index --target "$SITE" \
   ./packages/pygpukit-core > "$OUT/install.log" 2>&1 || { tail -n 60 "$OUT/install.log"; exit 3; }
 export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
+WHEELS="$ROOT/.carry/wheels"
+PLUGIN_TESTS=()
+if compgen -G "$WHEELS/pygpukit_gemm-*.whl" > /dev/null; then
+  python3 -m pip install --no-deps --no-index --target "$SITE" "$WHEELS"/pygpukit_gemm-*.whl >> "$OUT/install.log" 2>&1 || { tail -n 20 "$OUT/install.log"; exit 3; }
+  PLUGIN_TESTS+=("$ROOT/packages/pygpukit-gemm/tests")
+fi
 echo "install: $(( $(date +%s) - start )) s"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
 python3 -m pygpukit info | tee "$OUT/info.txt"
 python3 -m pygpukit doctor | tee "$OUT/doctor.txt"
 python3 scripts/warm-kernel-cache.py | tee "$OUT/warm-cache.log"
 cd /tmp  # test the installed wheel, not the source tree
-python3 -m pytest -c "$ROOT/pyproject.toml" --rootdir "$ROOT" -q -p no:cacheprovider "$ROOT/packages/pygpukit-core/tests" "$ROOT/native-libs/driver/tests" "$@" \
-  2>&1 | tee "$OUT/pytest.log" | tail -n 40
+python3 -m pytest -c "$ROOT/pyproject.toml" --rootdir "$ROOT" -q -p no:cacheprovider "$ROOT/packages/pygpukit-core/tests" "$ROOT/native-libs/driver/tests" \
+  "${PLUGIN_TESTS[@]}" "$@" 2>&1 | tee "$OUT/pytest.log" | tail -n 40
+if compgen -G "$WHEELS/pygpukit_example_plugin-*.whl" > /dev/null; then
+  python3 -m pip install --no-deps --no-index --target "$SITE" "$WHEELS"/pygpukit_example_plugin-*.whl >> "$OUT/install.log" 2>&1
+  python3 -m pytest -c "$ROOT/pyproject.toml" --rootdir "$ROOT" -q -p no:cacheprovider "$ROOT/tests-integration/plugin" 2>&1 | tee "$OUT/pytest-plugin.log" | tail -n 15
+fi
 if [ "${SKIP_BENCH:-0}" != "1" ]; then
   python3 -m pygpukit.benchmark --json "$OUT/bench.json" --markdown ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log" | tail -n 30
 fi

@@ -1,6 +1,7 @@
 """Fixtures: the same tests run on the CPU backend (CI) and on a GPU.
 
-GPU-only tests carry ``@pytest.mark.gpu`` and skip cleanly without one.
+GPU-only tests carry ``@pytest.mark.gpu`` and skip cleanly without one (the
+repository's conftest.py).
 """
 
 from __future__ import annotations
@@ -10,17 +11,7 @@ import zlib
 import numpy as np
 import pytest
 
-import pygpukit as gp
 from gp_testing import require_nvrtc
-
-
-def pytest_collection_modifyitems(config, items):
-    if gp.backend() == "cuda":
-        return
-    skip = pytest.mark.skip(reason="needs a CUDA GPU (running on the CPU simulation backend)")
-    for item in items:
-        if "gpu" in item.keywords:
-            item.add_marker(skip)
 
 
 @pytest.fixture

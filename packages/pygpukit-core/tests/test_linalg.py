@@ -1,10 +1,25 @@
-"""matmul / @, dot, vdot, outer against NumPy float64 references."""
+"""matmul / @, linear, dot, vdot, outer against NumPy float64 references; each
+test runs twice: with whatever implementation the registry picks here (a
+plugin's, where one is installed) and routed to core's own kernel."""
+
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 
 import pygpukit as gp
 from gp_testing import random_array
+
+
+@pytest.fixture(autouse=True, params=["picked", "core"])
+def implementation(request):
+    if request.param == "picked":
+        yield
+    else:
+        with gp.routing(matmul="pygpukit", linear="pygpukit"):
+            yield
 
 
 @pytest.mark.parametrize(
@@ -78,3 +93,46 @@ def test_matmul_errors():
         gp.vdot(a, gp.zeros(5))
     with pytest.raises(ValueError):
         gp.zeros((2, 3, 4)) @ gp.zeros((3, 4, 5))  # batch shapes that do not broadcast
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, gp.bfloat16], ids=str)
+@pytest.mark.parametrize("xshape", [(5,), (3, 5), (2, 4, 5)])
+def test_linear(rng, dtype, xshape):
+    x, w, b = (random_array(rng, s, dtype) for s in (xshape, (6, 5), (6,)))
+    x64, w64, b64 = (v.astype(np.float64) for v in (x, w, b))
+    tol = 1e-2 if dtype == gp.bfloat16 else 1e-5
+    got = gp.linear(gp.from_numpy(x), gp.from_numpy(w), gp.from_numpy(b))
+    assert got.shape == (*xshape[:-1], 6) and got.dtype == dtype
+    np.testing.assert_allclose(got.to_numpy().astype(np.float64), x64 @ w64.T + b64, rtol=tol, atol=tol * 30)
+    np.testing.assert_allclose(
+        gp.linear(gp.from_numpy(x), gp.from_numpy(w)).to_numpy().astype(np.float64), x64 @ w64.T, rtol=tol, atol=tol * 30
+    )
+
+
+def test_linear_errors(rng):
+    x, w = gp.from_numpy(random_array(rng, (3, 5), np.float32)), gp.from_numpy(random_array(rng, (6, 5), np.float32))
+    for call, exc, match in (
+        (lambda: gp.linear(x, w.T), ValueError, r"x's last axis must have w's in_features \(6\)"),
+        (lambda: gp.linear(x, w[0]), ValueError, r"w must be 2-D"),
+        (lambda: gp.linear(x, w, gp.zeros((5,))), ValueError, r"bias must have shape \(6,\)"),
+        (lambda: gp.linear(x, w, [0.0] * 6), TypeError, "bias must be a GPUArray or None"),
+        (lambda: gp.linear(np.ones((3, 5)), w), TypeError, "linear expects GPUArrays"),
+    ):
+        with pytest.raises(exc, match=match):
+            call()
+
+
+def test_matmul_precision_setting(monkeypatch):
+    assert gp.get_matmul_precision() == "highest"
+    try:
+        gp.set_matmul_precision("high")  # PyTorch's name for TF32
+        assert gp.get_matmul_precision() == "tf32"
+        gp.set_matmul_precision("ieee")
+        assert gp.get_matmul_precision() == "highest"
+    finally:
+        gp.set_matmul_precision("highest")
+    with pytest.raises(ValueError, match="matmul precision must be one of"):
+        gp.set_matmul_precision("bf16x3")
+    code = "import pygpukit as gp; print(gp.get_matmul_precision())"
+    env = {**os.environ, "PYGPUKIT_ALLOW_TF32": "1"}
+    assert subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout.strip() == "tf32"

@@ -61,6 +61,7 @@ def test_predicate_is_tried_on_each_call(reg):
     reg.register("thing", _tagged("general"), backend=HERE)
     reg.register("thing", _tagged("small"), backend=HERE, priority=1, predicate=lambda x: x.size <= 4, plugin="p")
     assert op(_arr(n=4)) == "small"
+    assert reg.which("thing", _arr(n=4)) == "p:small" and reg.which("thing", _arr(n=40)) == "pygpukit:general"
     assert op(_arr(n=40)) == "general"  # same dtype, so the same cache entry: the predicate decides
     assert op(_arr(n=2)) == "small"
 
@@ -201,6 +202,7 @@ def test_core_ops_are_registry_ops():
     names = gp.ops.names()
     assert {"matmul", "softmax", "log_softmax"} <= set(names)
     assert gp.ops.matmul is gp.matmul and gp.ops.softmax is gp.softmax
+    assert gp.ops.which("softmax", _arr()) == "pygpukit:softmax"
     rows = [r for r in gp.ops.table() if r.op == "matmul" and r.plugin == "pygpukit"]
     assert {r.backend for r in rows} == {"cuda", "cpu"}
     assert any(r.status == "runs here" and r.backend == HERE for r in rows)

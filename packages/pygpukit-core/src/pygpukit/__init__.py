@@ -88,7 +88,7 @@ from .graphs import Graph, graph
 from .info import Info, info
 from .interop import from_dlpack
 from .jit import JitKernel, jit
-from .linalg import dot, matmul, outer, vdot
+from .linalg import dot, get_matmul_precision, linear, matmul, outer, set_matmul_precision, vdot
 from .reductions import all, any, argmax, argmin, cumprod, cumsum, max, mean, min, prod, std, sum, var
 from .selection import count_nonzero, nonzero, take, take_along_axis
 from .shape import (
@@ -339,6 +339,7 @@ __all__ = [
     "full_like",
     "gelu",
     "gelu_tanh",
+    "get_matmul_precision",
     "graph",
     "greater",
     "greater_equal",
@@ -360,6 +361,7 @@ __all__ = [
     "left_shift",
     "less",
     "less_equal",
+    "linear",
     "linspace",
     "log",
     "log1p",
@@ -414,6 +416,7 @@ __all__ = [
     "routing",
     "rsqrt",
     "searchsorted",
+    "set_matmul_precision",
     "sigmoid",
     "sign",
     "signbit",

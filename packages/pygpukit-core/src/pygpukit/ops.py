@@ -10,13 +10,18 @@ from typing import Any
 
 from .registry import REGISTRY, ImplRow
 
-__all__ = ["ImplRow", "format_table", "names", "table"]
+__all__ = ["ImplRow", "format_table", "names", "table", "which"]
 
 
 def table() -> list[ImplRow]:
     """One row per implementation: op, implementation, backend, dtypes, minimum SM,
     priority, plugin, and its status here ("runs here [for ...]" or why not)."""
     return REGISTRY.table()
+
+
+def which(op: str, *args: Any, **kwargs: Any) -> str:
+    """The implementation ("plugin:name") that ``op(*args, **kwargs)`` would run here."""
+    return REGISTRY.which(op, *args, **kwargs)
 
 
 def names() -> list[str]:

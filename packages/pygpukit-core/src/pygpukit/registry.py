@@ -371,6 +371,18 @@ class OpRegistry:
         rows = [f"{i.name} (backend {i.backend}, dtypes {i.dtype_names})" for i in sorted(entry.impls, key=lambda i: i.order)]
         return f"Implementations of {entry.name}: " + ("; ".join(rows) if rows else "none")
 
+    def which(self, op: str, *args: Any, **kwargs: Any) -> str:
+        """The name of the implementation ``op(*args, **kwargs)`` would run, without running it."""
+        self.ensure_loaded()
+        entry = self._entry(op)
+        key, _ = _key_of(args, entry.nkey)
+        with self._lock:
+            fn = self._resolve(entry, key)
+        if isinstance(fn, _Chooser):
+            impl = next(i for i in fn.impls if i.predicate is None or i.predicate(*args, **kwargs))
+            return impl.name
+        return self._owner[id(fn)].name
+
     def op_names(self) -> list[str]:
         self.ensure_loaded()
         return sorted(self._ops)

@@ -21,6 +21,7 @@ from .dispatch import bench_dispatch
 from .elementwise import bench_elementwise
 from .graphs import bench_graphs
 from .harness import Recorder, host_time_us, median_time_ms
+from .matmul import bench_matmul
 from .random import bench_random
 from .softmax import bench_softmax
 from .sorting import bench_sorting
@@ -256,6 +257,7 @@ SUITE = {
     "dispatch": bench_dispatch,
     "launch": bench_launch,
     "graphs": bench_graphs,
+    "matmul": bench_matmul,
     "reductions": bench_reductions,
     "jit": bench_jit,
     "import": bench_import,

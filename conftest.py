@@ -1,0 +1,17 @@
+"""For every test directory of the monorepo: tests marked ``gpu`` skip cleanly
+on the CPU simulation backend (CI), and run on the GPU test machine."""
+
+from __future__ import annotations
+
+import pytest
+
+
+def pytest_collection_modifyitems(config, items):
+    import pygpukit as gp
+
+    if gp.backend() == "cuda":
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU (running on the CPU simulation backend)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)

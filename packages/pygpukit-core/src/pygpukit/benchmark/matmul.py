@@ -1,0 +1,84 @@
+"""Matrix products: ``gp.matmul`` at 8192^3 (bf16, fp16, tf32, fp32) and
+``gp.linear`` (x @ W.T, W as stored by PyTorch's Linear) at LLM shapes, bf16:
+M in {1, 16, 128, 2048, 8192} against the (K, N) of Llama-3-8B's projections,
+in TFLOP/s against PyTorch's cuBLAS. Whichever implementation the registry
+picks runs (the note names it: with pygpukit-gemm installed, cuBLASLt)."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import numpy as np
+
+import pygpukit as gp
+
+from .harness import Recorder, median_time_ms
+
+SQUARE = {"bf16": "bfloat16", "fp16": "float16", "tf32": "float32", "fp32": "float32"}
+LLM_KN = ((4096, 4096), (4096, 14336), (14336, 4096))  # attention q/o, MLP up/gate, MLP down
+LLM_M = (1, 16, 128, 2048, 8192)
+
+
+def _data(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+    return (rng.standard_normal(shape, dtype=np.float32) * 0.1).astype(np.float32)
+
+
+def _to(name: str, mod: Any, host: np.ndarray, dtype: str) -> Any:
+    if name == "pygpukit":
+        return gp.from_numpy(host.astype(getattr(gp, dtype)))
+    if name == "torch":
+        return mod.from_numpy(host).cuda().to(getattr(mod, dtype))
+    if name == "cupy":
+        return None if dtype == "bfloat16" else mod.asarray(host.astype(dtype))
+    return host.astype(dtype) if dtype in ("float32", "float64") else None
+
+
+def _tf32(name: str, mod: Any, on: bool) -> None:
+    if name == "pygpukit":
+        gp.set_matmul_precision("tf32" if on else "highest")
+    elif name == "torch":
+        mod.backends.cuda.matmul.allow_tf32 = on
+
+
+def bench_matmul(rec: Recorder, quick: bool) -> None:
+    from .core import _free, _impls
+
+    gpu = gp.backend() == "cuda"
+    side = (2048 if quick else 8192) if gpu else 256
+    warm, reps = ((2, 5) if quick else (3, 10)) if gpu else (1, 3)
+    rng = np.random.default_rng(5)
+    a_host, b_host = _data(rng, (side, side)), _data(rng, (side, side))
+    impls = _impls(quick)
+    for label, dtype in SQUARE.items():
+        for name, timer, mod in impls:
+            if label == "tf32" and name not in ("pygpukit", "torch"):
+                continue  # CuPy and NumPy have no TF32 switch here
+            a, b = _to(name, mod, a_host, dtype), _to(name, mod, b_host, dtype)
+            if a is None:
+                continue
+            _tf32(name, mod, label == "tf32")
+            try:
+                ms = median_time_ms(functools.partial(mod.matmul, a, b), timer, warm, reps)
+            finally:
+                _tf32(name, mod, False)
+            note = gp.ops.which("matmul", a, b) if name == "pygpukit" else ""
+            rec.add(f"matmul_{label}_{side}^3", name, "TFLOP/s", 2 * side**3 / ms / 1e9, True, note=note)
+            del a, b
+            _free(name, mod)
+    if not gpu:
+        return
+    ms_list = LLM_M[:3] if quick else LLM_M
+    for k, n in LLM_KN[:1] if quick else LLM_KN:
+        w_host = _data(rng, (n, k))
+        for m in ms_list:
+            x_host = _data(rng, (m, k))
+            for name, timer, mod in impls:
+                if name not in ("pygpukit", "torch"):
+                    continue  # CuPy has no bfloat16
+                x, w = _to(name, mod, x_host, "bfloat16"), _to(name, mod, w_host, "bfloat16")
+                fn = gp.linear if name == "pygpukit" else mod.nn.functional.linear
+                ms = median_time_ms(functools.partial(fn, x, w), timer, warm, reps)
+                note = gp.ops.which("linear", x, w) if name == "pygpukit" else ""
+                rec.add(f"linear_bf16_m{m}_k{k}_n{n}", name, "TFLOP/s", 2 * m * n * k / ms / 1e9, True, note=note)
+                del x, w

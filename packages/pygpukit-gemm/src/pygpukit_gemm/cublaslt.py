@@ -1,0 +1,310 @@
+"""cuBLASLt, loaded at run time (ctypes) from the ``nvidia-cublas`` wheel or the
+system, for matrix products of GPUArrays.
+
+Search order: ``PYGPUKIT_CUBLASLT_PATH``, the wheel (CUDA 13 layout
+``nvidia/cu13/lib``, CUDA 12 ``nvidia/cublas/lib``), then the system loader.
+
+Row-major operands are handed to cuBLASLt (column-major) as their transposes:
+C = A @ B is computed as C^T = B^T A^T, so no operand is copied when each
+matrix has one unit stride (a transposed view becomes a transposed operation)
+and its batch axes collapse to one stride (0 for a broadcast batch). A plan
+(descriptors, layouts, the heuristic's first algorithm and its workspace size)
+is built once per signature and kept; the workspace comes from the pool on
+the current stream for each call, so nothing global is shared between calls.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import itertools
+import math
+import os
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+import pygpukit as gp
+from pygpukit.streams import current_stream_handle
+
+_WHEEL_LIBS = (("cu13", "lib", "libcublasLt.so.13"), ("cublas", "lib", "libcublasLt.so.12"))
+_SYSTEM_SONAMES = ("libcublasLt.so.13", "libcublasLt.so.12")
+MAX_WORKSPACE = 32 << 20  # as PyTorch on Hopper
+
+# cudaDataType / cublasComputeType_t / cublasLt enums (cublasLt.h, library_types.h)
+CUDA_TYPE = {"float16": 2, "bfloat16": 14, "float32": 0, "float64": 1}
+COMPUTE_32F, COMPUTE_32F_FAST_TF32, COMPUTE_64F = 68, 77, 70
+DESC_TRANSA, DESC_TRANSB, DESC_EPILOGUE, DESC_BIAS_POINTER, DESC_BIAS_DATA_TYPE = 3, 4, 7, 8, 26
+LAYOUT_BATCH_COUNT, LAYOUT_STRIDED_BATCH_OFFSET = 5, 6
+PREF_MAX_WORKSPACE_BYTES = 1
+PREF_MIN_ALIGNMENT = {"a": 5, "b": 6, "c": 7, "d": 8}
+EPILOGUE_DEFAULT, EPILOGUE_BIAS = 1, 4
+OP_N, OP_T = 0, 1
+
+
+class CublasLtError(gp.PyGPUkitError, RuntimeError):
+    """cuBLASLt could not be loaded, or one of its calls failed (the message names it)."""
+
+
+class _HeuristicResult(ctypes.Structure):
+    _fields_ = [
+        ("algo", ctypes.c_uint64 * 8),
+        ("workspace_size", ctypes.c_size_t),
+        ("state", ctypes.c_int),
+        ("waves_count", ctypes.c_float),
+        ("reserved", ctypes.c_int * 4),
+    ]
+
+
+def candidates() -> list[str]:
+    """Paths and sonames to try, in order."""
+    out = []
+    env = os.environ.get("PYGPUKIT_CUBLASLT_PATH")
+    if env:
+        out.append(env)
+    try:
+        import nvidia  # namespace package of the NVIDIA wheels
+
+        for root in getattr(nvidia, "__path__", []):
+            out += [os.path.join(root, *parts) for parts in _WHEEL_LIBS if os.path.exists(os.path.join(root, *parts))]
+    except ImportError:
+        pass
+    return out + list(_SYSTEM_SONAMES)
+
+
+@dataclass(frozen=True)
+class OperandLayout:
+    """How cuBLASLt sees one row-major operand of shape (*batch, r, c): as the
+    column-major matrix (c, r) (``op`` N) or (r, c) read transposed (``op`` T)."""
+
+    op: int
+    rows: int  # of the stored column-major matrix
+    cols: int
+    ld: int
+    batch_stride: int  # elements; 0 for a broadcast batch
+
+
+def operand_layout(shape: tuple[int, ...], strides: tuple[int, ...], itemsize: int) -> OperandLayout | None:
+    """The layout of a (*batch, r, c) operand, or None when it needs a copy first
+    (no unit stride in the matrix, or batch axes that are not one stride)."""
+    *bshape, r, c = shape
+    st = [s // itemsize for s in strides]
+    *bst, sr, sc = st
+    if c == 1:
+        sc = 1  # a single column: its stride is never used
+    if r == 1:
+        sr = max(c, 1) if sc == 1 else 1
+    if sc == 1 and sr >= max(c, 1):
+        lay = (OP_N, c, r, sr)
+    elif sr == 1 and sc >= max(r, 1):
+        lay = (OP_T, r, c, sc)
+    else:
+        return None
+    live = [(n, s) for n, s in zip(bshape, bst) if n != 1]
+    if not live:
+        batch_stride = 0
+    elif all(s == 0 for _, s in live):
+        batch_stride = 0
+    else:
+        # the batch axes must walk one arithmetic sequence: stride_i = stride_{i+1} * n_{i+1}
+        for (_, s_outer), (n_inner, s_inner) in itertools.pairwise(live):
+            if s_outer != s_inner * n_inner or s_inner == 0:
+                return None
+        batch_stride = live[-1][1]
+    return OperandLayout(*lay, batch_stride)
+
+
+class _Lib:
+    """The loaded library and its handle."""
+
+    def __init__(self) -> None:
+        errors = []
+        for cand in candidates():
+            try:
+                self.dll = ctypes.CDLL(cand)
+                self.path = cand
+                break
+            except OSError as e:
+                errors.append(f"{cand}: {e}")
+        else:
+            raise CublasLtError("cuBLASLt could not be loaded (pip install nvidia-cublas); tried " + "; ".join(errors))
+        d = self.dll
+        vp, sz, i32, u64, i64 = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_uint64, ctypes.c_int64
+        d.cublasLtGetVersion.restype = sz
+        d.cublasLtGetStatusString.restype = ctypes.c_char_p
+        for name, args in {
+            "cublasLtCreate": [ctypes.POINTER(vp)],
+            "cublasLtMatmulDescCreate": [ctypes.POINTER(vp), i32, i32],
+            "cublasLtMatmulDescSetAttribute": [vp, i32, vp, sz],
+            "cublasLtMatrixLayoutCreate": [ctypes.POINTER(vp), i32, u64, u64, i64],
+            "cublasLtMatrixLayoutSetAttribute": [vp, i32, vp, sz],
+            "cublasLtMatmulPreferenceCreate": [ctypes.POINTER(vp)],
+            "cublasLtMatmulPreferenceSetAttribute": [vp, i32, vp, sz],
+            "cublasLtMatmulPreferenceDestroy": [vp],
+            "cublasLtMatmulAlgoGetHeuristic": [vp, vp, vp, vp, vp, vp, vp, i32, ctypes.POINTER(_HeuristicResult), ctypes.POINTER(i32)],
+            "cublasLtMatmul": [vp, vp, vp, vp, vp, vp, vp, vp, vp, vp, vp, vp, vp, vp, sz, vp],
+        }.items():
+            fn = getattr(d, name)
+            fn.argtypes, fn.restype = args, ctypes.c_int
+        self.version = int(d.cublasLtGetVersion())
+        handle = vp()
+        self.check(d.cublasLtCreate(ctypes.byref(handle)), "cublasLtCreate")
+        self.handle = handle.value
+
+    def check(self, status: int, call: str) -> None:
+        if status != 0:
+            text = self.dll.cublasLtGetStatusString(status).decode()
+            raise CublasLtError(f"{call} failed: {text} (cublasStatus {status})")
+
+    def set_attr(self, fn: Any, obj: int, attr: int, value: ctypes._SimpleCData, call: str) -> None:
+        self.check(fn(obj, attr, ctypes.byref(value), ctypes.sizeof(value)), call)
+
+
+_lib: _Lib | None = None
+_lib_lock = threading.Lock()
+
+
+def library() -> _Lib:
+    """Load cuBLASLt once (raises CublasLtError with what was tried)."""
+    global _lib
+    if _lib is None:
+        with _lib_lock:
+            if _lib is None:
+                _lib = _Lib()
+    return _lib
+
+
+@dataclass
+class Plan:
+    desc: int
+    layouts: tuple[int, int, int]  # cuBLASLt's A (our b), B (our a), D
+    algo: Any  # ctypes array, kept alive
+    workspace: int
+    alpha: Any
+    beta: Any
+    bias: bool
+
+
+_plans: dict[tuple, Plan] = {}
+_plans_lock = threading.Lock()
+
+
+def _alignment(ptr: int) -> int:
+    return min(256, ptr & -ptr) if ptr else 256
+
+
+def _plan(key: tuple) -> Plan:
+    plan = _plans.get(key)
+    if plan is None:
+        with _plans_lock:
+            plan = _plans.get(key)
+            if plan is None:
+                plan = _plans[key] = _build(key)
+    return plan
+
+
+def _build(key: tuple) -> Plan:
+    dtype, compute, la, lb, m, n, batch, aligns, bias = key
+    lib, d = library(), library().dll
+    vp = ctypes.c_void_p
+    scale = CUDA_TYPE["float64"] if compute == COMPUTE_64F else CUDA_TYPE["float32"]
+    desc = vp()
+    lib.check(d.cublasLtMatmulDescCreate(ctypes.byref(desc), compute, scale), "cublasLtMatmulDescCreate")
+    # cuBLASLt's A is our b (its stored layout lb), its B our a
+    lib.set_attr(d.cublasLtMatmulDescSetAttribute, desc.value, DESC_TRANSA, ctypes.c_int32(lb.op), "set TRANSA")
+    lib.set_attr(d.cublasLtMatmulDescSetAttribute, desc.value, DESC_TRANSB, ctypes.c_int32(la.op), "set TRANSB")
+    if bias:
+        lib.set_attr(d.cublasLtMatmulDescSetAttribute, desc.value, DESC_EPILOGUE, ctypes.c_int32(EPILOGUE_BIAS), "set EPILOGUE")
+        lib.set_attr(
+            d.cublasLtMatmulDescSetAttribute, desc.value, DESC_BIAS_DATA_TYPE, ctypes.c_int32(CUDA_TYPE[dtype]), "set BIAS_DATA_TYPE"
+        )
+    layouts = []
+    for lay, (rows, cols, ld, bstride) in (
+        ("A", (lb.rows, lb.cols, lb.ld, lb.batch_stride)),
+        ("B", (la.rows, la.cols, la.ld, la.batch_stride)),
+        ("D", (n, m, n, m * n)),
+    ):
+        h = vp()
+        lib.check(d.cublasLtMatrixLayoutCreate(ctypes.byref(h), CUDA_TYPE[dtype], rows, cols, ld), f"cublasLtMatrixLayoutCreate ({lay})")
+        if batch > 1:
+            lib.set_attr(d.cublasLtMatrixLayoutSetAttribute, h.value, LAYOUT_BATCH_COUNT, ctypes.c_int32(batch), "set BATCH_COUNT")
+            lib.set_attr(
+                d.cublasLtMatrixLayoutSetAttribute, h.value, LAYOUT_STRIDED_BATCH_OFFSET, ctypes.c_int64(bstride), "set BATCH_OFFSET"
+            )
+        layouts.append(h.value)
+    pref = vp()
+    lib.check(d.cublasLtMatmulPreferenceCreate(ctypes.byref(pref)), "cublasLtMatmulPreferenceCreate")
+    try:
+        lib.set_attr(
+            d.cublasLtMatmulPreferenceSetAttribute,
+            pref.value,
+            PREF_MAX_WORKSPACE_BYTES,
+            ctypes.c_uint64(MAX_WORKSPACE),
+            "set MAX_WORKSPACE",
+        )
+        for which, align in zip("abcd", aligns):
+            lib.set_attr(
+                d.cublasLtMatmulPreferenceSetAttribute, pref.value, PREF_MIN_ALIGNMENT[which], ctypes.c_uint32(align), "set MIN_ALIGNMENT"
+            )
+        result = _HeuristicResult()
+        count = ctypes.c_int(0)
+        lib.check(
+            d.cublasLtMatmulAlgoGetHeuristic(lib.handle, desc, layouts[0], layouts[1], layouts[2], layouts[2], pref, 1, ctypes.byref(result), ctypes.byref(count)),
+            "cublasLtMatmulAlgoGetHeuristic",
+        )  # fmt: skip
+    finally:
+        d.cublasLtMatmulPreferenceDestroy(pref)
+    if count.value < 1 or result.state != 0:
+        raise CublasLtError(f"cuBLASLt has no algorithm for {dtype} ({m}x{n}, batch {batch}) with these layouts and alignments")
+    ct = ctypes.c_double if compute == COMPUTE_64F else ctypes.c_float
+    return Plan(desc.value, (layouts[0], layouts[1], layouts[2]), result.algo, int(result.workspace_size), ct(1.0), ct(0.0), bias)
+
+
+def compute_type(dtype: np.dtype) -> int:
+    if dtype == np.float64:
+        return COMPUTE_64F
+    if dtype == np.float32 and gp.get_matmul_precision() == "tf32":
+        return COMPUTE_32F_FAST_TF32
+    return COMPUTE_32F
+
+
+def gemm(a: gp.GPUArray, b: gp.GPUArray, batch: tuple[int, ...], m: int, n: int, k: int, bias: gp.GPUArray | None = None) -> gp.GPUArray:
+    """(*batch, m, k) @ (*batch, k, n) (+ bias over the last axis) into a new
+    contiguous (*batch, m, n) array; operands that cuBLASLt cannot read as they
+    are (no unit stride, or batch axes that are not one stride) are copied first."""
+    dt = a.dtype
+    la = operand_layout(a.shape, a.strides, dt.itemsize)
+    if la is None:
+        a = a.copy()
+        la = operand_layout(a.shape, a.strides, dt.itemsize)
+    lb = operand_layout(b.shape, b.strides, dt.itemsize)
+    if lb is None:
+        b = b.copy()
+        lb = operand_layout(b.shape, b.strides, dt.itemsize)
+    assert la is not None and lb is not None  # contiguous operands always have a layout
+    nb = math.prod(batch)
+    out = gp.empty((*batch, m, n), dt)
+    if out.size == 0:
+        return out
+    if k == 0:
+        out[...] = 0 if bias is None else bias
+        return out
+    aligns = (_alignment(b.data_ptr), _alignment(a.data_ptr), _alignment(out.data_ptr), _alignment(out.data_ptr))
+    plan = _plan((dt.name, compute_type(dt), la, lb, m, n, nb, aligns, bias is not None))
+    lib = library()
+    ws = gp.empty((plan.workspace,), gp.uint8) if plan.workspace else None
+    ws_ptr = ws.data_ptr if ws is not None else None
+    args = (lib.handle, plan.desc, ctypes.addressof(plan.alpha), b.data_ptr, plan.layouts[0], a.data_ptr, plan.layouts[1],
+            ctypes.addressof(plan.beta), out.data_ptr, plan.layouts[2], out.data_ptr, plan.layouts[2], ctypes.addressof(plan.algo),
+            ws_ptr, plan.workspace, current_stream_handle())  # fmt: skip
+    if bias is None:
+        status = lib.dll.cublasLtMatmul(*args)
+    else:
+        with _plans_lock:  # the bias pointer lives in the shared descriptor
+            lib.set_attr(
+                lib.dll.cublasLtMatmulDescSetAttribute, plan.desc, DESC_BIAS_POINTER, ctypes.c_void_p(bias.data_ptr), "set BIAS_POINTER"
+            )
+            status = lib.dll.cublasLtMatmul(*args)
+    lib.check(status, "cublasLtMatmul")
+    return out
