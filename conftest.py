@@ -1,9 +1,18 @@
 """For every test directory of the monorepo: tests marked ``gpu`` skip cleanly
-on the CPU simulation backend (CI), and run on the GPU test machine."""
+on the CPU simulation backend (CI), and run on the GPU test machine; ``rng``
+gives fresh random inputs per test, reproducible per test id."""
 
 from __future__ import annotations
 
+import zlib
+
+import numpy as np
 import pytest
+
+
+@pytest.fixture
+def rng(request) -> np.random.Generator:
+    return np.random.default_rng(zlib.crc32(request.node.nodeid.encode()))
 
 
 def pytest_collection_modifyitems(config, items):

@@ -6,18 +6,9 @@ repository's conftest.py).
 
 from __future__ import annotations
 
-import zlib
-
-import numpy as np
 import pytest
 
 from gp_testing import require_nvrtc
-
-
-@pytest.fixture
-def rng(request) -> np.random.Generator:
-    # Fresh inputs per test, reproducible per test id.
-    return np.random.default_rng(zlib.crc32(request.node.nodeid.encode()))
 
 
 @pytest.fixture

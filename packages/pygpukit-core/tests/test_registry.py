@@ -205,7 +205,7 @@ def test_core_ops_are_registry_ops():
     assert gp.ops.which("softmax", _arr()) == "pygpukit:softmax"
     rows = [r for r in gp.ops.table() if r.op == "matmul" and r.plugin == "pygpukit"]
     assert {r.backend for r in rows} == {"cuda", "cpu"}
-    assert any(r.status == "runs here" and r.backend == HERE for r in rows)
+    assert any(r.status.startswith("runs here") and r.backend == HERE for r in rows)  # for some dtypes where a plugin is installed
     assert "matmul" in gp.ops.format_table()
     with pytest.raises(AttributeError, match=r"pygpukit\.ops has no op 'nope'"):
         gp.ops.nope  # noqa: B018

@@ -83,7 +83,7 @@ def test_transposed_strided_and_broadcast_operands(rng, dtype):
     a64, b64 = a.astype(np.float64), b.astype(np.float64)
     cases = [
         (ga.T, gb.T, a64.T @ b64.T),  # both read transposed, no copies
-        (ga[::2].T, gb[:, ::3].T, a64[::2].T @ b64[:, ::3].T),  # strided: copied first
+        (ga[:, ::2].T, gb.T[:, ::2], a64[:, ::2].T @ b64.T[:, ::2]),  # no unit stride: copied; a strided transpose: read as is
         (ga[:, 5:69], gp.from_numpy(b[:64, :40].copy()), a64[:, 5:69] @ b64[:64, :40]),  # a column slice (offset pointer)
         (gp.broadcast_to(ga[:48, :64], (3, 48, 64)), gp.from_numpy(np.ascontiguousarray(b[:, :20])), a64[:48, :64] @ b64[:, :20]),
     ]

@@ -269,42 +269,89 @@ def compute_type(dtype: np.dtype) -> int:
     return COMPUTE_32F
 
 
-def gemm(a: gp.GPUArray, b: gp.GPUArray, batch: tuple[int, ...], m: int, n: int, k: int, bias: gp.GPUArray | None = None) -> gp.GPUArray:
-    """(*batch, m, k) @ (*batch, k, n) (+ bias over the last axis) into a new
-    contiguous (*batch, m, n) array; operands that cuBLASLt cannot read as they
-    are (no unit stride, or batch axes that are not one stride) are copied first."""
+class Prepared:
+    """One cuBLASLt product of fixed shapes, strides, dtype and alignments, ready
+    to launch on new pointers: the hot path does one allocation (two with a
+    workspace) and one library call."""
+
+    __slots__ = ("_args", "_fn", "_plan", "dtype", "out_shape")
+
+    def __init__(self, plan: Plan, out_shape: tuple[int, ...], dtype: np.dtype) -> None:
+        lib = library()
+        self._plan, self._fn, self.out_shape, self.dtype = plan, lib.dll.cublasLtMatmul, out_shape, dtype
+        self._args = (lib.handle, plan.desc, ctypes.addressof(plan.alpha), ctypes.addressof(plan.beta), ctypes.addressof(plan.algo))
+
+    def __call__(self, a_ptr: int, b_ptr: int, bias_ptr: int = 0) -> gp.GPUArray:
+        handle, desc, alpha, beta, algo = self._args
+        plan = self._plan
+        la, lb, ld = plan.layouts
+        stream = current_stream_handle()
+        out = gp.GPUArray._empty(self.out_shape, self.dtype, stream)
+        ws = gp.GPUArray._empty((plan.workspace,), _UINT8, stream) if plan.workspace else None
+        ptr = out._ptr
+        args = (
+            handle,
+            desc,
+            alpha,
+            b_ptr,
+            la,
+            a_ptr,
+            lb,
+            beta,
+            ptr,
+            ld,
+            ptr,
+            ld,
+            algo,
+            ws._ptr if ws is not None else None,
+            plan.workspace,
+            stream,
+        )
+        if plan.bias:
+            with _plans_lock:  # the bias pointer lives in the shared descriptor
+                lib = library()
+                lib.set_attr(lib.dll.cublasLtMatmulDescSetAttribute, desc, DESC_BIAS_POINTER, ctypes.c_void_p(bias_ptr), "set BIAS_POINTER")
+                status = self._fn(*args)
+        else:
+            status = self._fn(*args)
+        if status:
+            library().check(status, "cublasLtMatmul")
+        return out
+
+
+_UINT8 = np.dtype(np.uint8)
+
+
+def prepare(
+    a: gp.GPUArray, b: gp.GPUArray, batch: tuple[int, ...], m: int, n: int, k: int, out_shape: tuple[int, ...], bias: bool = False
+) -> Prepared | None:
+    """A Prepared product for operands like ``a`` (*batch, m, k) and ``b`` (*batch,
+    k, n) of one dtype, writing a contiguous result of ``out_shape`` (the
+    (*batch, m, n) elements); None when an operand needs a copy first or the
+    product is empty."""
     dt = a.dtype
     la = operand_layout(a.shape, a.strides, dt.itemsize)
-    if la is None:
-        a = a.copy()
-        la = operand_layout(a.shape, a.strides, dt.itemsize)
     lb = operand_layout(b.shape, b.strides, dt.itemsize)
-    if lb is None:
+    if la is None or lb is None or b.dtype != dt or math.prod(out_shape) == 0 or k == 0:
+        return None
+    aligns = (_alignment(b.data_ptr), _alignment(a.data_ptr), 256, 256)  # pool blocks are 512-byte aligned
+    return Prepared(_plan((dt.name, compute_type(dt), la, lb, m, n, math.prod(batch), aligns, bias)), out_shape, dt)
+
+
+def gemm(a: gp.GPUArray, b: gp.GPUArray, batch: tuple[int, ...], m: int, n: int, k: int, bias: gp.GPUArray | None = None) -> gp.GPUArray:
+    """(*batch, m, k) @ (*batch, k, n) (+ bias over the last axis) into a new
+    contiguous (*batch, m, n) array, for any layouts: operands that cuBLASLt
+    cannot read as they are (no unit stride, or batch axes that are not one
+    stride) are copied first."""
+    if k == 0 or math.prod(batch) * m * n == 0:
+        out = gp.empty((*batch, m, n), a.dtype)
+        if out.size:
+            out[...] = 0 if bias is None else bias
+        return out
+    if operand_layout(a.shape, a.strides, a.itemsize) is None:
+        a = a.copy()
+    if operand_layout(b.shape, b.strides, b.itemsize) is None:
         b = b.copy()
-        lb = operand_layout(b.shape, b.strides, dt.itemsize)
-    assert la is not None and lb is not None  # contiguous operands always have a layout
-    nb = math.prod(batch)
-    out = gp.empty((*batch, m, n), dt)
-    if out.size == 0:
-        return out
-    if k == 0:
-        out[...] = 0 if bias is None else bias
-        return out
-    aligns = (_alignment(b.data_ptr), _alignment(a.data_ptr), _alignment(out.data_ptr), _alignment(out.data_ptr))
-    plan = _plan((dt.name, compute_type(dt), la, lb, m, n, nb, aligns, bias is not None))
-    lib = library()
-    ws = gp.empty((plan.workspace,), gp.uint8) if plan.workspace else None
-    ws_ptr = ws.data_ptr if ws is not None else None
-    args = (lib.handle, plan.desc, ctypes.addressof(plan.alpha), b.data_ptr, plan.layouts[0], a.data_ptr, plan.layouts[1],
-            ctypes.addressof(plan.beta), out.data_ptr, plan.layouts[2], out.data_ptr, plan.layouts[2], ctypes.addressof(plan.algo),
-            ws_ptr, plan.workspace, current_stream_handle())  # fmt: skip
-    if bias is None:
-        status = lib.dll.cublasLtMatmul(*args)
-    else:
-        with _plans_lock:  # the bias pointer lives in the shared descriptor
-            lib.set_attr(
-                lib.dll.cublasLtMatmulDescSetAttribute, plan.desc, DESC_BIAS_POINTER, ctypes.c_void_p(bias.data_ptr), "set BIAS_POINTER"
-            )
-            status = lib.dll.cublasLtMatmul(*args)
-    lib.check(status, "cublasLtMatmul")
-    return out
+    call = prepare(a, b, batch, m, n, k, (*batch, m, n), bias is not None)
+    assert call is not None  # contiguous operands always have a layout
+    return call(a.data_ptr, b.data_ptr, bias.data_ptr if bias is not None else 0)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import pygpukit as gp
-from pygpukit.linalg import linear_shapes, matmul_shapes
+from pygpukit.linalg import get_matmul_precision, linear_shapes, matmul_shapes
 from pygpukit.plugins import PluginInfo, hookimpl
 
 from . import __version__, cublaslt
@@ -18,27 +18,70 @@ PRIORITY = 10
 _status = {"cublaslt": "not loaded"}
 
 
+# Prepared products by call signature (shapes, strides, dtypes, operand
+# alignments, precision): a repeated call skips the shape logic entirely.
+_prepared: dict[tuple, cublaslt.Prepared] = {}
+
+
+def _align(ptr: int) -> int:
+    return ptr & 255
+
+
 def matmul(a: Any, b: Any) -> gp.GPUArray:
     """``a @ b`` with NumPy's rules through cuBLASLt (operands of different float
     dtypes are converted to the result dtype first)."""
+    try:
+        call = _prepared[
+            a._shape, a._strides, a._dtype, _align(a._ptr), b._shape, b._strides, b._dtype, _align(b._ptr), get_matmul_precision()
+        ]
+    except (KeyError, AttributeError):
+        return _matmul_first(a, b)
+    return call(a._ptr, b._ptr)
+
+
+def _matmul_first(a: Any, b: Any) -> gp.GPUArray:
     s = matmul_shapes(a, b)
     x, y = s.a.astype(s.out_dtype, copy=False), s.b.astype(s.out_dtype, copy=False)
-    return s.finish(cublaslt.gemm(x, y, s.batch, s.m, s.n, s.k))
+    out_shape = tuple(d for i, d in enumerate((*s.batch, s.m, s.n)) if i not in s.squeeze)
+    call = cublaslt.prepare(x, y, s.batch, s.m, s.n, s.k, out_shape) if x is s.a and y is s.b else None
+    if call is None:  # casts, copies or an empty product: not worth keeping
+        return s.finish(cublaslt.gemm(x, y, s.batch, s.m, s.n, s.k))
+    _prepared[a._shape, a._strides, a._dtype, _align(a._ptr), b._shape, b._strides, b._dtype, _align(b._ptr), get_matmul_precision()] = call
+    return call(x.data_ptr, y.data_ptr)
 
 
 def linear(x: Any, w: Any, bias: Any = None) -> gp.GPUArray:
     """``x @ w.T + bias`` with the bias added in cuBLASLt's epilogue; the leading
     axes of x are one M dimension (one GEMM, not a batch)."""
+    try:
+        bkey = None if bias is None else (bias._shape, bias._dtype, bias._contig)
+        call = _prepared[
+            x._shape, x._strides, x._dtype, _align(x._ptr), w._shape, w._strides, w._dtype, _align(w._ptr), bkey, get_matmul_precision()
+        ]
+    except (KeyError, AttributeError):
+        return _linear_first(x, w, bias)
+    return call(x._ptr, w._ptr, 0 if bias is None else bias._ptr)
+
+
+def _linear_first(x: Any, w: Any, bias: Any) -> gp.GPUArray:
     out_features = linear_shapes(x, w, bias)
     dt = gp.result_type(x.dtype, w.dtype)
-    lead = x.shape[:-1]
-    x2 = x.reshape(-1, x.shape[-1]).astype(dt, copy=False)
+    lead, k = x.shape[:-1], x.shape[-1]
+    x2 = x.reshape(-1, k).astype(dt, copy=False)
     wt = w.astype(dt, copy=False).T
     b = None if bias is None else bias.astype(dt, copy=False)
     if b is not None and not b.is_contiguous:
         b = b.copy()
-    out = cublaslt.gemm(x2, wt, (), x2.shape[0], out_features, x.shape[-1], bias=b)
-    return out.reshape(*lead, out_features)
+    m = x2.shape[0]
+    same = x2.data_ptr == x.data_ptr and wt.data_ptr == w.data_ptr and (bias is None or b is bias)
+    call = cublaslt.prepare(x2, wt, (), m, out_features, k, (*lead, out_features), b is not None) if same else None
+    if call is None:
+        return cublaslt.gemm(x2, wt, (), m, out_features, k, bias=b).reshape(*lead, out_features)
+    bkey = None if bias is None else (bias._shape, bias._dtype, bias._contig)
+    _prepared[
+        x._shape, x._strides, x._dtype, _align(x._ptr), w._shape, w._strides, w._dtype, _align(w._ptr), bkey, get_matmul_precision()
+    ] = call
+    return call(x2.data_ptr, wt.data_ptr, 0 if b is None else b.data_ptr)
 
 
 @hookimpl
