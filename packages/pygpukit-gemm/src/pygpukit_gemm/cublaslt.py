@@ -33,9 +33,10 @@ _SYSTEM_SONAMES = ("libcublasLt.so.13", "libcublasLt.so.12")
 MAX_WORKSPACE = 32 << 20  # as PyTorch on Hopper
 
 # cudaDataType / cublasComputeType_t / cublasLt enums (cublasLt.h, library_types.h)
-CUDA_TYPE = {"float16": 2, "bfloat16": 14, "float32": 0, "float64": 1}
+CUDA_TYPE = {"float16": 2, "bfloat16": 14, "float32": 0, "float64": 1, "float8_e4m3fn": 28, "float8_e5m2": 29}
 COMPUTE_32F, COMPUTE_32F_FAST_TF32, COMPUTE_64F = 68, 77, 70
 DESC_TRANSA, DESC_TRANSB, DESC_EPILOGUE, DESC_BIAS_POINTER, DESC_BIAS_DATA_TYPE = 3, 4, 7, 8, 26
+DESC_A_SCALE_POINTER, DESC_B_SCALE_POINTER, DESC_FAST_ACCUM = 17, 18, 25
 LAYOUT_BATCH_COUNT, LAYOUT_STRIDED_BATCH_OFFSET = 5, 6
 PREF_MAX_WORKSPACE_BYTES = 1
 PREF_MIN_ALIGNMENT = {"a": 5, "b": 6, "c": 7, "d": 8}
@@ -184,6 +185,7 @@ class Plan:
     alpha: Any
     beta: Any
     bias: bool
+    scaled: bool  # per-tensor scales of the operands (fp8), device pointers set per call
 
 
 _plans: dict[tuple, Plan] = {}
@@ -205,7 +207,7 @@ def _plan(key: tuple) -> Plan:
 
 
 def _build(key: tuple) -> Plan:
-    dtype, compute, la, lb, m, n, batch, aligns, bias = key
+    (ta, tb, td), compute, la, lb, m, n, batch, aligns, bias, scaled = key
     lib, d = library(), library().dll
     vp = ctypes.c_void_p
     scale = CUDA_TYPE["float64"] if compute == COMPUTE_64F else CUDA_TYPE["float32"]
@@ -216,14 +218,14 @@ def _build(key: tuple) -> Plan:
     lib.set_attr(d.cublasLtMatmulDescSetAttribute, desc.value, DESC_TRANSB, ctypes.c_int32(la.op), "set TRANSB")
     if bias:
         lib.set_attr(d.cublasLtMatmulDescSetAttribute, desc.value, DESC_EPILOGUE, ctypes.c_int32(EPILOGUE_BIAS), "set EPILOGUE")
-        lib.set_attr(
-            d.cublasLtMatmulDescSetAttribute, desc.value, DESC_BIAS_DATA_TYPE, ctypes.c_int32(CUDA_TYPE[dtype]), "set BIAS_DATA_TYPE"
-        )
+        lib.set_attr(d.cublasLtMatmulDescSetAttribute, desc.value, DESC_BIAS_DATA_TYPE, ctypes.c_int32(CUDA_TYPE[td]), "set BIAS_DATA_TYPE")
+    if scaled:
+        lib.set_attr(d.cublasLtMatmulDescSetAttribute, desc.value, DESC_FAST_ACCUM, ctypes.c_int8(0), "set FAST_ACCUM")
     layouts = []
-    for lay, (rows, cols, ld, bstride) in (
-        ("A", (lb.rows, lb.cols, lb.ld, lb.batch_stride)),
-        ("B", (la.rows, la.cols, la.ld, la.batch_stride)),
-        ("D", (n, m, n, m * n)),
+    for lay, dtype, (rows, cols, ld, bstride) in (
+        ("A", tb, (lb.rows, lb.cols, lb.ld, lb.batch_stride)),
+        ("B", ta, (la.rows, la.cols, la.ld, la.batch_stride)),
+        ("D", td, (n, m, n, m * n)),
     ):
         h = vp()
         lib.check(d.cublasLtMatrixLayoutCreate(ctypes.byref(h), CUDA_TYPE[dtype], rows, cols, ld), f"cublasLtMatrixLayoutCreate ({lay})")
@@ -256,9 +258,9 @@ def _build(key: tuple) -> Plan:
     finally:
         d.cublasLtMatmulPreferenceDestroy(pref)
     if count.value < 1 or result.state != 0:
-        raise CublasLtError(f"cuBLASLt has no algorithm for {dtype} ({m}x{n}, batch {batch}) with these layouts and alignments")
+        raise CublasLtError(f"cuBLASLt has no algorithm for {ta} @ {tb} -> {td} ({m}x{n}, batch {batch}) with these layouts and alignments")
     ct = ctypes.c_double if compute == COMPUTE_64F else ctypes.c_float
-    return Plan(desc.value, (layouts[0], layouts[1], layouts[2]), result.algo, int(result.workspace_size), ct(1.0), ct(0.0), bias)
+    return Plan(desc.value, (layouts[0], layouts[1], layouts[2]), result.algo, int(result.workspace_size), ct(1.0), ct(0.0), bias, scaled)
 
 
 def compute_type(dtype: np.dtype) -> int:
@@ -281,7 +283,7 @@ class Prepared:
         self._plan, self._fn, self.out_shape, self.dtype = plan, lib.dll.cublasLtMatmul, out_shape, dtype
         self._args = (lib.handle, plan.desc, ctypes.addressof(plan.alpha), ctypes.addressof(plan.beta), ctypes.addressof(plan.algo))
 
-    def __call__(self, a_ptr: int, b_ptr: int, bias_ptr: int = 0) -> gp.GPUArray:
+    def __call__(self, a_ptr: int, b_ptr: int, bias_ptr: int = 0, scale_a_ptr: int = 0, scale_b_ptr: int = 0) -> gp.GPUArray:
         handle, desc, alpha, beta, algo = self._args
         plan = self._plan
         la, lb, ld = plan.layouts
@@ -307,10 +309,15 @@ class Prepared:
             plan.workspace,
             stream,
         )
-        if plan.bias:
-            with _plans_lock:  # the bias pointer lives in the shared descriptor
+        if plan.bias or plan.scaled:
+            with _plans_lock:  # bias and scale pointers live in the shared descriptor
                 lib = library()
-                lib.set_attr(lib.dll.cublasLtMatmulDescSetAttribute, desc, DESC_BIAS_POINTER, ctypes.c_void_p(bias_ptr), "set BIAS_POINTER")
+                set_attr = lib.dll.cublasLtMatmulDescSetAttribute
+                if plan.bias:
+                    lib.set_attr(set_attr, desc, DESC_BIAS_POINTER, ctypes.c_void_p(bias_ptr), "set BIAS_POINTER")
+                if plan.scaled:  # cuBLASLt's A is our b
+                    lib.set_attr(set_attr, desc, DESC_A_SCALE_POINTER, ctypes.c_void_p(scale_b_ptr), "set A_SCALE_POINTER")
+                    lib.set_attr(set_attr, desc, DESC_B_SCALE_POINTER, ctypes.c_void_p(scale_a_ptr), "set B_SCALE_POINTER")
                 status = self._fn(*args)
         else:
             status = self._fn(*args)

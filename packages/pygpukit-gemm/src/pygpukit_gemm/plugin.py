@@ -1,7 +1,9 @@
 """The gemm plugin's hooks: cuBLASLt implementations of ``matmul`` and
 ``linear`` for float16, bfloat16 (SM 80+), float32 (exact, or TF32 when
 ``gp.set_matmul_precision("tf32")``) and float64, above core's reference
-kernel (priority 10). On a CUDA machine without cuBLASLt nothing is
+kernel (priority 10); the new op ``scaled_mm`` (fp8 with per-tensor scales,
+pygpukit_gemm.scaled) with a reference implementation everywhere and
+cuBLASLt's fp8 tensor cores on SM 89+. On a CUDA machine without cuBLASLt nothing is
 registered and the plugin's description says why; core's kernel serves."""
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import pygpukit as gp
 from pygpukit.linalg import get_matmul_precision, linear_shapes, matmul_shapes
 from pygpukit.plugins import PluginInfo, hookimpl
 
-from . import __version__, cublaslt
+from . import __version__, cublaslt, scaled
 
 PRIORITY = 10
 _status = {"cublaslt": "not loaded"}
@@ -94,10 +96,18 @@ def pygpukit_register_ops(registry: Any) -> None:
     if gp.backend() == "cuda":
         try:
             lib = cublaslt.library()
+            _status["cublaslt"] = f"cuBLASLt {lib.version} from {lib.path}"
         except cublaslt.CublasLtError as e:
             _status["cublaslt"] = f"unavailable: {e}"
-            return
-        _status["cublaslt"] = f"cuBLASLt {lib.version} from {lib.path}"
+    registry.define("scaled_mm", nkey=2, doc=scaled.__doc__ or "")
+    for backend in ("cuda", "cpu"):
+        registry.register("scaled_mm", scaled.reference, backend=backend, name="reference")
+    if gp.backend() == "cuda" and _status["cublaslt"].startswith("unavailable"):
+        return
     for op, fn in (("matmul", matmul), ("linear", linear)):
         registry.register(op, fn, backend="cuda", dtypes=["float16", "float32", "float64"], priority=PRIORITY, name="cublaslt")
         registry.register(op, fn, backend="cuda", dtypes=["bfloat16"], min_sm=80, priority=PRIORITY, name="cublaslt_bf16")
+    registry.register(
+        "scaled_mm", scaled.scaled_mm, backend="cuda", dtypes=scaled.FP8, min_sm=89, priority=PRIORITY,
+        predicate=scaled.fits_tensor_cores, name="cublaslt_fp8",
+    )  # fmt: skip

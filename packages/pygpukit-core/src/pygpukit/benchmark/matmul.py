@@ -68,6 +68,7 @@ def bench_matmul(rec: Recorder, quick: bool) -> None:
             _free(name, mod)
     if not gpu:
         return
+    _fp8(rec, impls, side, warm, reps, rng)
     ms_list = LLM_M[:3] if quick else LLM_M
     for k, n in LLM_KN[:1] if quick else LLM_KN:
         w_host = _data(rng, (n, k))
@@ -82,3 +83,27 @@ def bench_matmul(rec: Recorder, quick: bool) -> None:
                 note = gp.ops.which("linear", x, w) if name == "pygpukit" else ""
                 rec.add(f"linear_bf16_m{m}_k{k}_n{n}", name, "TFLOP/s", 2 * m * n * k / ms / 1e9, True, note=note)
                 del x, w
+
+
+def _fp8(rec: Recorder, impls: list, side: int, warm: int, reps: int, rng: np.random.Generator) -> None:
+    """float8_e4m3 with per-tensor scales into bfloat16, where a plugin defines
+    ``scaled_mm`` (pygpukit-gemm), against ``torch._scaled_mm``; b column-major."""
+    if "scaled_mm" not in gp.ops.names():
+        return
+    a_host, w_host = _data(rng, (side, side)), _data(rng, (side, side))
+    for name, timer, mod in impls:
+        if name == "pygpukit":
+            a, b = gp.from_numpy(a_host.astype(gp.float8_e4m3fn)), gp.from_numpy(w_host.astype(gp.float8_e4m3fn)).T
+            sa, sb = gp.ones((), gp.float32), gp.ones((), gp.float32)
+            fn = functools.partial(gp.ops.scaled_mm, a, b, sa, sb, out_dtype=gp.bfloat16)
+            note = gp.ops.which("scaled_mm", a, b, sa, sb)
+        elif name == "torch" and hasattr(mod, "_scaled_mm"):
+            a = mod.from_numpy(a_host).cuda().to(mod.float8_e4m3fn)
+            b = mod.from_numpy(w_host).cuda().to(mod.float8_e4m3fn).t()
+            sa = sb = mod.ones((), device="cuda")
+            fn = functools.partial(mod._scaled_mm, a, b, sa, sb, out_dtype=mod.bfloat16)
+            note = ""
+        else:
+            continue
+        ms = median_time_ms(fn, timer, warm, reps)
+        rec.add(f"scaled_mm_fp8e4m3_{side}^3", name, "TFLOP/s", 2 * side**3 / ms / 1e9, True, note=note)
