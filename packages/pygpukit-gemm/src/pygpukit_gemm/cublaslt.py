@@ -330,19 +330,31 @@ _UINT8 = np.dtype(np.uint8)
 
 
 def prepare(
-    a: gp.GPUArray, b: gp.GPUArray, batch: tuple[int, ...], m: int, n: int, k: int, out_shape: tuple[int, ...], bias: bool = False
+    a: gp.GPUArray,
+    b: gp.GPUArray,
+    batch: tuple[int, ...],
+    m: int,
+    n: int,
+    k: int,
+    out_shape: tuple[int, ...],
+    bias: bool = False,
+    out_dtype: np.dtype | None = None,
+    scaled: bool = False,
 ) -> Prepared | None:
     """A Prepared product for operands like ``a`` (*batch, m, k) and ``b`` (*batch,
-    k, n) of one dtype, writing a contiguous result of ``out_shape`` (the
-    (*batch, m, n) elements); None when an operand needs a copy first or the
-    product is empty."""
-    dt = a.dtype
-    la = operand_layout(a.shape, a.strides, dt.itemsize)
-    lb = operand_layout(b.shape, b.strides, dt.itemsize)
-    if la is None or lb is None or b.dtype != dt or math.prod(out_shape) == 0 or k == 0:
+    k, n), writing a contiguous result of ``out_shape`` (the (*batch, m, n)
+    elements) in ``out_dtype`` (default: the operands' dtype, which must then be
+    one); None when an operand needs a copy first or the product is empty.
+    ``scaled``: fp8 operands with per-tensor float32 scales."""
+    dt = a.dtype if out_dtype is None else out_dtype
+    la = operand_layout(a.shape, a.strides, a.itemsize)
+    lb = operand_layout(b.shape, b.strides, b.itemsize)
+    if la is None or lb is None or (out_dtype is None and b.dtype != dt) or math.prod(out_shape) == 0 or k == 0:
         return None
     aligns = (_alignment(b.data_ptr), _alignment(a.data_ptr), 256, 256)  # pool blocks are 512-byte aligned
-    return Prepared(_plan((dt.name, compute_type(dt), la, lb, m, n, math.prod(batch), aligns, bias)), out_shape, dt)
+    compute = COMPUTE_32F if scaled else compute_type(dt)
+    key = ((a.dtype.name, b.dtype.name, dt.name), compute, la, lb, m, n, math.prod(batch), aligns, bias, scaled)
+    return Prepared(_plan(key), out_shape, dt)
 
 
 def gemm(a: gp.GPUArray, b: gp.GPUArray, batch: tuple[int, ...], m: int, n: int, k: int, bias: gp.GPUArray | None = None) -> gp.GPUArray:
