@@ -36,12 +36,14 @@ def test_against_float64(rng, out, mkn):
     (a, b, sa, sb), ref = _case(rng, *mkn)
     got = gp.ops.scaled_mm(a, b, sa, sb, out_dtype=out)
     assert got.dtype == out and got.shape == ref.shape
-    # exact products of the fp8 values; only float32 accumulation and the output rounding
-    assert _rel(got.to_numpy(), ref) < (1e-5 if out == gp.float32 else 1e-2)
-    if gp.backend() == "cuda" and mkn[1] % 16 == 0 and mkn[2] % 16 == 0 and _sm() >= 89:
-        assert gp.ops.which("scaled_mm", a, b, sa, sb) == "gemm:cublaslt_fp8"
-    else:
-        assert gp.ops.which("scaled_mm", a, b, sa, sb) == "gemm:reference"
+    tensor_cores = gp.backend() == "cuda" and mkn[1] % 16 == 0 and mkn[2] % 16 == 0 and _sm() >= 89
+    assert gp.ops.which("scaled_mm", a, b, sa, sb) == ("gemm:cublaslt_fp8" if tensor_cores else "gemm:reference")
+    # The products of fp8 values are exact; what remains is the accumulation and
+    # the output rounding. The reference accumulates in FP32 (1e-5). Hopper's fp8
+    # tensor cores accumulate with fewer mantissa bits than FP32 (measured on an
+    # H100: 1.4e-4 to 3.5e-4 into float32 at these shapes), hence 1e-3 there.
+    tol = 1e-2 if out != gp.float32 else (1e-3 if tensor_cores else 1e-5)
+    assert _rel(got.to_numpy(), ref) < tol
 
 
 def _sm():
