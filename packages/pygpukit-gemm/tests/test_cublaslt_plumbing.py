@@ -88,6 +88,7 @@ def test_matmul_plumbing(fake):
     assert out.shape == (2, 5, 4) and out.dtype == np.float32
     (args,) = fake.dll.matmuls
     handle, desc, _, pa, la, pb, lb, _, pc, lc, pd, ld, _, ws, ws_size, stream = args
+    assert stream == gp.current_stream().handle
     assert (handle, pa, pb, pc, pd, ws_size) == (7, b.data_ptr, a.data_ptr, out.data_ptr, out.data_ptr, 4096)
     assert ws is not None and lc == ld
     compute, scale, attrs = fake.dll.descs[desc]
