@@ -6,9 +6,6 @@ keyword arguments. The dispatch costs the difference of the two records
 
 from __future__ import annotations
 
-import statistics
-import time
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -17,21 +14,9 @@ import pygpukit as gp
 
 from ..linalg import _matmul
 from ..registry import REGISTRY
-from .harness import Recorder
+from .harness import Recorder, host_time_us
 
 _OP = "bench_dispatch_noop"
-
-
-def _per_call_us(fn: Callable[[], Any], calls: int, reps: int) -> float:
-    """Median over ``reps`` of the mean host time of ``calls`` back-to-back calls."""
-    fn()
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        times.append((time.perf_counter() - t0) / calls * 1e6)
-    return statistics.median(times)
 
 
 def bench_dispatch(rec: Recorder, quick: bool) -> None:
@@ -51,9 +36,8 @@ def bench_dispatch(rec: Recorder, quick: bool) -> None:
         # interleaved, so that both see the same machine state
         d, v = [], []
         for _ in range(3):
-            d.append(_per_call_us(direct, calls, reps))
-            v.append(_per_call_us(via, calls, reps))
-            gp.synchronize()
+            d.append(host_time_us(direct, gp.synchronize, calls, reps))
+            v.append(host_time_us(via, gp.synchronize, calls, reps))
         direct_us, via_us = min(d), min(v)
         rec.add(f"dispatch_{case}_host", "pygpukit", "us", via_us, False)
         rec.add(f"dispatch_{case}_host", "direct", "us", direct_us, False, note="the implementation called directly")
