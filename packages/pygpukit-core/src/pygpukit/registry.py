@@ -373,15 +373,18 @@ class OpRegistry:
 
     def which(self, op: str, *args: Any, **kwargs: Any) -> str:
         """The name of the implementation ``op(*args, **kwargs)`` would run, without running it."""
+        return self.implementation(op, *args, **kwargs).name
+
+    def implementation(self, op: str, *args: Any, **kwargs: Any) -> Impl:
+        """The implementation ``op(*args, **kwargs)`` would run (its ``fn`` can be called directly)."""
         self.ensure_loaded()
         entry = self._entry(op)
         key, _ = _key_of(args, entry.nkey)
         with self._lock:
             fn = self._resolve(entry, key)
         if isinstance(fn, _Chooser):
-            impl = next(i for i in fn.impls if i.predicate is None or i.predicate(*args, **kwargs))
-            return impl.name
-        return self._owner[id(fn)].name
+            return next(i for i in fn.impls if i.predicate is None or i.predicate(*args, **kwargs))
+        return self._owner[id(fn)]
 
     def op_names(self) -> list[str]:
         self.ensure_loaded()
