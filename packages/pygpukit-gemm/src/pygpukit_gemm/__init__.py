@@ -7,3 +7,7 @@ point ``gemm = pygpukit_gemm.plugin``: once installed, ``gp.matmul``, ``@`` and
 """
 
 __version__ = "0.1.0"
+
+from .quant import QuantizedWeight, dequantize_weight, quantize_weight
+
+__all__ = ["QuantizedWeight", "dequantize_weight", "quantize_weight"]

@@ -14,7 +14,7 @@ import pygpukit as gp
 from pygpukit.linalg import get_matmul_precision, linear_shapes, matmul_shapes
 from pygpukit.plugins import PluginInfo, hookimpl
 
-from . import __version__, cublaslt, scaled
+from . import __version__, cublaslt, quant, scaled
 
 PRIORITY = 10
 _status = {"cublaslt": "not loaded"}
@@ -100,8 +100,14 @@ def pygpukit_register_ops(registry: Any) -> None:
         except cublaslt.CublasLtError as e:
             _status["cublaslt"] = f"unavailable: {e}"
     registry.define("scaled_mm", nkey=2, doc=scaled.__doc__ or "")
+    registry.define("qlinear", nkey=1, doc=quant.__doc__ or "")
     for backend in ("cuda", "cpu"):
         registry.register("scaled_mm", scaled.reference, backend=backend, name="reference")
+        registry.register("qlinear", quant.reference, backend=backend, name="reference")
+    registry.register(
+        "qlinear", quant.gemv, backend="cuda", dtypes=["bfloat16", "float16", "float32"], min_sm=80, priority=PRIORITY,
+        predicate=quant.decode_rows, name="gemv_q",
+    )  # fmt: skip
     if gp.backend() == "cuda" and _status["cublaslt"].startswith("unavailable"):
         return
     for op, fn in (("matmul", matmul), ("linear", linear)):

@@ -69,6 +69,7 @@ def bench_matmul(rec: Recorder, quick: bool) -> None:
     if not gpu:
         return
     _fp8(rec, impls, side, warm, reps, rng)
+    _quantized(rec, impls, quick, warm, reps, rng)
     ms_list = LLM_M[:3] if quick else LLM_M
     for k, n in LLM_KN[:1] if quick else LLM_KN:
         w_host = _data(rng, (n, k))
@@ -107,3 +108,34 @@ def _fp8(rec: Recorder, impls: list, side: int, warm: int, reps: int, rng: np.ra
             continue
         ms = median_time_ms(fn, timer, warm, reps)
         rec.add(f"scaled_mm_fp8e4m3_{side}^3", name, "TFLOP/s", 2 * side**3 / ms / 1e9, True, note=note)
+
+
+def _quantized(rec: Recorder, impls: list, quick: bool, warm: int, reps: int, rng: np.random.Generator) -> None:
+    """Decode GEMV (M = 1 and 8) with bf16 weights (gp.linear, torch's linear) and
+    with int8 / int4 weights and group-128 scales (``gp.ops.qlinear``, where a
+    plugin defines it): microseconds per call. Targets: int8 <= 0.6x and int4
+    <= 0.35x the time of the bf16 product at the same shape."""
+    if "qlinear" not in gp.ops.names():
+        return
+    from pygpukit_gemm import quantize_weight  # the plugin that defines qlinear
+
+    for k, n in LLM_KN[1:2] if quick else LLM_KN[1:]:
+        w_host = _data(rng, (n, k))
+        w = gp.from_numpy(w_host.astype(gp.bfloat16))
+        quantized = {bits: quantize_weight(w, bits=bits) for bits in (8, 4)}
+        for m in (1, 8):
+            x_host = _data(rng, (m, k))
+            for name, timer, mod in impls:
+                if name == "pygpukit":
+                    x = gp.from_numpy(x_host.astype(gp.bfloat16))
+                    runs = {"bf16": functools.partial(gp.linear, x, w)}
+                    runs.update({f"w{bits}a16": functools.partial(gp.ops.qlinear, x, q) for bits, q in quantized.items()})
+                elif name == "torch":
+                    tx, tw = _to(name, mod, x_host, "bfloat16"), _to(name, mod, w_host, "bfloat16")
+                    runs = {"bf16": functools.partial(mod.nn.functional.linear, tx, tw)}
+                else:
+                    continue
+                for kind, fn in runs.items():
+                    ms = median_time_ms(fn, timer, warm, reps)
+                    note = gp.ops.which("qlinear", x, quantized[8]) if name == "pygpukit" and kind != "bf16" else ""
+                    rec.add(f"gemv_{kind}_m{m}_k{k}_n{n}", name, "us", ms * 1e3, False, note=note)
