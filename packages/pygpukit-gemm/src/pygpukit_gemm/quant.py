@@ -116,7 +116,7 @@ def _kernel(rows: int, int4: bool, ctype: str) -> Any:
 
 
 _CTYPES = {np.dtype(gp.bfloat16): "pgk::bfloat16", np.dtype(gp.float16): "pgk::half", np.dtype(gp.float32): "float"}
-WARPS = 8  # gemv_q.cu kWarps
+WARPS, COLS = 4, 4  # gemv_q.cu kWarps, kCols: a block computes WARPS * COLS output columns
 
 
 def gemv(x: Any, qw: Any, bias: Any = None) -> gp.GPUArray:
@@ -130,6 +130,8 @@ def gemv(x: Any, qw: Any, bias: Any = None) -> gp.GPUArray:
         x2 = x2.copy()
     y = gp.empty((rows, n), x.dtype)
     if rows:
-        _kernel(rows, qw.bits == 4, _CTYPES[np.dtype(x.dtype)])(-(-n // WARPS), WARPS * 32, x2, qw.q, qw.scales, y, n, k, qw.group_size)
+        _kernel(rows, qw.bits == 4, _CTYPES[np.dtype(x.dtype)])(
+            -(-n // (WARPS * COLS)), WARPS * 32, x2, qw.q, qw.scales, y, n, k, qw.group_size
+        )
     y = y.reshape(*lead, n)
     return y if bias is None else y + bias.astype(x.dtype, copy=False)
