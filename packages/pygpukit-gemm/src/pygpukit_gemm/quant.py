@@ -17,6 +17,7 @@ CPU, dequantize and take ``gp.linear``.
 from __future__ import annotations
 
 import os
+import struct
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
@@ -24,6 +25,8 @@ from typing import Any
 import numpy as np
 
 import pygpukit as gp
+from pygpukit import _runtime
+from pygpukit.streams import current_stream_handle
 
 MAX_ROWS = 8  # rows of activations the GEMV kernel takes
 
@@ -119,19 +122,49 @@ _CTYPES = {np.dtype(gp.bfloat16): "pgk::bfloat16", np.dtype(gp.float16): "pgk::h
 WARPS, COLS = 4, 4  # gemv_q.cu kWarps, kCols: a block computes WARPS * COLS output columns
 
 
+# Launches prepared per call signature: (CUfunction, grid, output shape).
+_launches: dict[tuple, tuple[int, int, tuple[int, ...]]] = {}
+_PARAMS = struct.Struct("@PPPPiii")  # gemv_q's parameters, in the CUDA ABI layout
+
+
 def gemv(x: Any, qw: Any, bias: Any = None) -> gp.GPUArray:
-    """The GEMV kernel for up to MAX_ROWS rows (see the module docstring)."""
+    """The GEMV kernel for up to MAX_ROWS rows (see the module docstring). A
+    repeated call signature goes straight to the launch: the host must stay
+    ahead of a ~15-40 us kernel."""
+    try:
+        key = (x._shape, x._dtype, x._strides, x._ptr & 15, qw.bits, qw.q._shape, qw.group_size)
+        fn, grid, out_shape = _launches[key]
+    except (KeyError, AttributeError):
+        return _gemv_first(x, qw, bias)
+    n, k = qw.shape
+    rt = _runtime.get()
+    stream = current_stream_handle()
+    y = gp.GPUArray._empty(out_shape, x._dtype, stream)
+    rt.native.launch(
+        fn, grid, 1, 1, WARPS * 32, 1, 1, 0, stream, _PARAMS.pack(x._ptr, qw.q._ptr, qw.scales._ptr, y._ptr, n, k, qw.group_size)
+    )
+    if bias is None:
+        return y
+    _check(x, qw, bias)
+    return y + bias.astype(x.dtype, copy=False)
+
+
+def _gemv_first(x: Any, qw: Any, bias: Any) -> gp.GPUArray:
     _check(x, qw, bias)
     n, k = qw.shape
     lead = x.shape[:-1]
     rows = x.size // k
     x2 = x.reshape(rows, k)
-    if not x2.is_contiguous or x2.data_ptr % 16:
+    direct = x2.is_contiguous and x2.data_ptr == x.data_ptr and x2.data_ptr % 16 == 0
+    if not direct:
         x2 = x2.copy()
     y = gp.empty((rows, n), x.dtype)
     if rows:
-        _kernel(rows, qw.bits == 4, _CTYPES[np.dtype(x.dtype)])(
-            -(-n // (WARPS * COLS)), WARPS * 32, x2, qw.q, qw.scales, y, n, k, qw.group_size
-        )
+        kernel = _kernel(rows, qw.bits == 4, _CTYPES[np.dtype(x.dtype)])
+        grid = -(-n // (WARPS * COLS))
+        kernel(grid, WARPS * 32, x2, qw.q, qw.scales, y, n, k, qw.group_size)
+        if direct:
+            fn = kernel._function(_runtime.get())
+            _launches[x._shape, x._dtype, x._strides, x._ptr & 15, qw.bits, qw.q._shape, qw.group_size] = (fn, grid, (*lead, n))
     y = y.reshape(*lead, n)
     return y if bias is None else y + bias.astype(x.dtype, copy=False)
