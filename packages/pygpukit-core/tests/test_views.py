@@ -181,3 +181,12 @@ def test_copy_is_bit_exact(dtype):
     x = np.repeat(host.view(dtype)[None], 3, axis=0)
     got = gp.from_numpy(x).T.copy().to_numpy()
     np.testing.assert_array_equal(got.view(host.dtype), x.T.view(host.dtype))
+
+
+def test_size_one_dimensions_do_not_break_contiguity():
+    # as NumPy's C_CONTIGUOUS flag: the stride of a length-1 axis is never used
+    x = gp.from_numpy(np.arange(8, dtype=np.float32).reshape(1, 8))
+    for v in (x.reshape(1, 8), x[None], x.T.T, gp.from_numpy(np.zeros((4, 1, 3), np.float32))[:, :, :]):
+        assert v.is_contiguous
+        assert v.strides == np.zeros(v.shape, np.float32).strides
+    assert not x[:, ::2].is_contiguous

@@ -44,6 +44,16 @@ class Device:
 
 
 @lru_cache(maxsize=4096)
+def _is_c_contiguous(shape: tuple[int, ...], strides: tuple[int, ...], itemsize: int) -> bool:
+    """C order without gaps; as NumPy, the stride of a dimension of size 1 does not matter."""
+    acc = itemsize
+    for dim, st in zip(reversed(shape), reversed(strides)):
+        if dim != 1 and st != acc:
+            return False
+        acc *= dim
+    return True
+
+
 def _contiguous_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
     strides = []
     acc = itemsize
@@ -95,7 +105,7 @@ class GPUArray:
         self._shape = shape
         self._dtype = dtype
         size = self._size = math.prod(shape)
-        if strides is not None and (size <= 1 or strides == _contiguous_strides(shape, dtype.itemsize)):
+        if strides is not None and (size <= 1 or _is_c_contiguous(shape, strides, dtype.itemsize)):
             strides = None
         self._strides = strides
         self._contig = strides is None
