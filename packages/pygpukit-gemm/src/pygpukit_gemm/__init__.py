@@ -8,6 +8,7 @@ point ``gemm = pygpukit_gemm.plugin``: once installed, ``gp.matmul``, ``@`` and
 
 __version__ = "0.1.0"
 
+from .fp8 import Fp8Tensor, dequantize_fp8, quantize_fp8
 from .quant import QuantizedWeight, dequantize_weight, quantize_weight
 
-__all__ = ["QuantizedWeight", "dequantize_weight", "quantize_weight"]
+__all__ = ["Fp8Tensor", "QuantizedWeight", "dequantize_fp8", "dequantize_weight", "quantize_fp8", "quantize_weight"]

@@ -37,6 +37,11 @@ CUDA_TYPE = {"float16": 2, "bfloat16": 14, "float32": 0, "float64": 1, "float8_e
 COMPUTE_32F, COMPUTE_32F_FAST_TF32, COMPUTE_64F = 68, 77, 70
 DESC_TRANSA, DESC_TRANSB, DESC_EPILOGUE, DESC_BIAS_POINTER, DESC_BIAS_DATA_TYPE = 3, 4, 7, 8, 26
 DESC_A_SCALE_POINTER, DESC_B_SCALE_POINTER, DESC_FAST_ACCUM = 17, 18, 25
+DESC_A_SCALE_MODE, DESC_B_SCALE_MODE = 31, 32
+# cublasLtMatmulMatrixScale_t (float32 scales): one per tensor; a vector along the
+# outer dimension (our rows of a, columns of b); per 128 elements along K; per 128x128 block
+SCALE_SCALAR_32F, SCALE_OUTER_VEC_32F, SCALE_VEC128_32F, SCALE_BLK128X128_32F = 0, 3, 4, 5
+SCALE_MODES_VERSION = 120900  # cuBLASLt 12.9 brought the outer-vector and 128-block modes (SM 90 only)
 LAYOUT_BATCH_COUNT, LAYOUT_STRIDED_BATCH_OFFSET = 5, 6
 PREF_MAX_WORKSPACE_BYTES = 1
 PREF_MIN_ALIGNMENT = {"a": 5, "b": 6, "c": 7, "d": 8}
@@ -207,7 +212,7 @@ def _plan(key: tuple) -> Plan:
 
 
 def _build(key: tuple) -> Plan:
-    (ta, tb, td), compute, la, lb, m, n, batch, aligns, bias, scaled = key
+    (ta, tb, td), compute, la, lb, m, n, batch, aligns, bias, scaled, scale_modes = key
     lib, d = library(), library().dll
     vp = ctypes.c_void_p
     scale = CUDA_TYPE["float64"] if compute == COMPUTE_64F else CUDA_TYPE["float32"]
@@ -221,6 +226,10 @@ def _build(key: tuple) -> Plan:
         lib.set_attr(d.cublasLtMatmulDescSetAttribute, desc.value, DESC_BIAS_DATA_TYPE, ctypes.c_int32(CUDA_TYPE[td]), "set BIAS_DATA_TYPE")
     if scaled:
         lib.set_attr(d.cublasLtMatmulDescSetAttribute, desc.value, DESC_FAST_ACCUM, ctypes.c_int8(0), "set FAST_ACCUM")
+    if scaled and scale_modes != (SCALE_SCALAR_32F, SCALE_SCALAR_32F):  # left unset otherwise: older cuBLASLt lacks the attributes
+        mode_a, mode_b = scale_modes
+        lib.set_attr(d.cublasLtMatmulDescSetAttribute, desc.value, DESC_A_SCALE_MODE, ctypes.c_int32(mode_b), "set A_SCALE_MODE")
+        lib.set_attr(d.cublasLtMatmulDescSetAttribute, desc.value, DESC_B_SCALE_MODE, ctypes.c_int32(mode_a), "set B_SCALE_MODE")
     layouts = []
     for lay, dtype, (rows, cols, ld, bstride) in (
         ("A", tb, (lb.rows, lb.cols, lb.ld, lb.batch_stride)),
@@ -340,12 +349,14 @@ def prepare(
     bias: bool = False,
     out_dtype: np.dtype | None = None,
     scaled: bool = False,
+    scale_modes: tuple[int, int] = (SCALE_SCALAR_32F, SCALE_SCALAR_32F),
 ) -> Prepared | None:
     """A Prepared product for operands like ``a`` (*batch, m, k) and ``b`` (*batch,
     k, n), writing a contiguous result of ``out_shape`` (the (*batch, m, n)
     elements) in ``out_dtype`` (default: the operands' dtype, which must then be
     one); None when an operand needs a copy first or the product is empty.
-    ``scaled``: fp8 operands with per-tensor float32 scales."""
+    ``scaled``: fp8 operands with float32 scales, read as ``scale_modes`` (the
+    cuBLASLt modes of a's and b's scales; per tensor by default)."""
     dt = a.dtype if out_dtype is None else out_dtype
     la = operand_layout(a.shape, a.strides, a.itemsize)
     lb = operand_layout(b.shape, b.strides, b.itemsize)
@@ -353,7 +364,7 @@ def prepare(
         return None
     aligns = (_alignment(b.data_ptr), _alignment(a.data_ptr), 256, 256)  # pool blocks are 512-byte aligned
     compute = COMPUTE_32F if scaled else compute_type(dt)
-    key = ((a.dtype.name, b.dtype.name, dt.name), compute, la, lb, m, n, math.prod(batch), aligns, bias, scaled)
+    key = ((a.dtype.name, b.dtype.name, dt.name), compute, la, lb, m, n, math.prod(batch), aligns, bias, scaled, scale_modes)
     return Prepared(_plan(key), out_shape, dt)
 
 

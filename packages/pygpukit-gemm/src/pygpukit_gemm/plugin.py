@@ -117,3 +117,8 @@ def pygpukit_register_ops(registry: Any) -> None:
         "scaled_mm", scaled.scaled_mm, backend="cuda", dtypes=scaled.FP8, min_sm=89, priority=PRIORITY,
         predicate=scaled.fits_tensor_cores, name="cublaslt_fp8",
     )  # fmt: skip
+    if gp.backend() != "cuda" or cublaslt.library().version >= cublaslt.SCALE_MODES_VERSION:  # row-wise and block scales
+        registry.register(
+            "scaled_mm", scaled.scaled_mm, backend="cuda", dtypes=scaled.FP8, min_sm=90, priority=PRIORITY,
+            predicate=scaled.fits_sm90_scales, name="cublaslt_fp8_sm90",
+        )  # fmt: skip

@@ -1,13 +1,29 @@
-"""``gp.ops.scaled_mm``: products of float8 matrices with per-tensor scales,
-as ``torch._scaled_mm``: out = (scale_a * a) @ (scale_b * b) (+ bias) in
+"""``gp.ops.scaled_mm``: products of float8 matrices with float32 scales, as
+``torch._scaled_mm``: out = (scale_a * a) @ (scale_b * b) (+ bias) in
 ``out_dtype`` (bfloat16, float16 or float32), accumulated in float32.
 
-On SM 89+ with cuBLASLt the product runs on fp8 tensor cores; cuBLASLt reads
-``a`` row-major and ``b`` column-major (``b = w.T`` for ``w`` of shape (n, k), the
-layout of a Linear weight), so other layouts are copied into those first, and
-it needs k and n to be multiples of 16. Everything else (other shapes, e5m2
-with e5m2, older GPUs, the CPU backend) takes the reference implementation:
-dequantize to float32, multiply, round once.
+a is (M, K), b is (K, N) (``b = w.T`` for a Linear weight w of shape (N, K)).
+The shapes of the scales say how they apply:
+
+- per tensor: scale_a and scale_b hold one value each;
+- row-wise: scale_a (M, 1) scales the rows of a, scale_b (1, N) the columns of
+  b (the rows of w);
+- block-scaled, DeepGEMM's recipe: scale_a (M, ceil(K/128)) with scale_a[i, j]
+  for a[i, 128j:128j+128] (1x128 blocks along K), and scale_b (ceil(K/128),
+  ceil(N/128)) with scale_b[j, l] for b[128j:128j+128, 128l:128l+128]
+  (128x128 blocks). For b = w.T that is the transpose of w's block scales:
+  ``quantize_fp8(w, granularity="block").scale.T``.
+
+On the GPU, cuBLASLt's fp8 tensor cores run per-tensor products on SM 89+ and
+row-wise and block-scaled ones on SM 90 exactly (cuBLASLt 12.9+), where k and n
+are multiples of 16 (and m a multiple of 4 for block scales) and the operands
+are not both e5m2. cuBLASLt reads a row-major and b column-major; other
+layouts are copied into those. It reads block scales of a M-major and those
+of b K-major with a stride of ceil(K/128) rounded up to 4: scale_a.T and
+scale_b.T contiguous (and ceil(K/128) a multiple of 4) are read as they are,
+other layouts copied per call. Everything else (other shapes, older GPUs,
+the CPU backend) takes the reference implementation: dequantize to float32,
+multiply (exact FP32), scale, round once.
 """
 
 from __future__ import annotations
@@ -17,11 +33,39 @@ from typing import Any
 import numpy as np
 
 import pygpukit as gp
+from pygpukit import _runtime
 
 from . import cublaslt
+from .fp8 import expand_scale
 
 FP8 = (np.dtype(gp.float8_e4m3fn), np.dtype(gp.float8_e5m2))
 OUT_DTYPES = (np.dtype(gp.bfloat16), np.dtype(gp.float16), np.dtype(gp.float32))
+BLOCK = 128  # the K extent of a scale block, and the N extent of b's
+# cuBLASLt's modes of (scale_a, scale_b) per scaling
+LT_MODES = {
+    "tensor": (cublaslt.SCALE_SCALAR_32F, cublaslt.SCALE_SCALAR_32F),
+    "row": (cublaslt.SCALE_OUTER_VEC_32F, cublaslt.SCALE_OUTER_VEC_32F),
+    "block": (cublaslt.SCALE_VEC128_32F, cublaslt.SCALE_BLK128X128_32F),
+}
+
+
+def scale_mode(a: Any, b: Any, scale_a: Any, scale_b: Any) -> str | None:
+    """The scaling the shapes of the scales say ("tensor", "row" or "block"), or
+    None when the arguments fit none (then ``check`` says what is wrong). Where
+    two readings fit (one-element scales; K <= 128 and N = 1), they mean the same product."""
+    if not all(isinstance(x, gp.GPUArray) for x in (a, b, scale_a, scale_b)) or a.ndim != 2 or b.ndim != 2:
+        return None
+    if scale_a.dtype != np.float32 or scale_b.dtype != np.float32:
+        return None
+    (m, k), n = a.shape, b.shape[1]
+    if scale_a.size == 1 and scale_b.size == 1:
+        return "tensor"
+    if scale_a.shape == (m, 1) and scale_b.shape == (1, n):
+        return "row"
+    kb = -(-k // BLOCK)
+    if scale_a.shape == (m, kb) and scale_b.shape == (kb, -(-n // BLOCK)):
+        return "block"
+    return None
 
 
 def check(a: Any, b: Any, scale_a: Any, scale_b: Any, out_dtype: Any, bias: Any) -> np.dtype:
@@ -35,9 +79,16 @@ def check(a: Any, b: Any, scale_a: Any, scale_b: Any, out_dtype: Any, bias: Any)
         raise TypeError(f"scaled_mm: a and b must be float8_e4m3fn or float8_e5m2, got {a.dtype} and {b.dtype}")
     if a.shape[1] != b.shape[0]:
         raise ValueError(f"scaled_mm: a is {a.shape} and b is {b.shape}: the inner dimensions differ")
-    for name, s in (("scale_a", scale_a), ("scale_b", scale_b)):
-        if s.size != 1 or s.dtype != np.float32:
-            raise ValueError(f"scaled_mm: {name} must be one float32 value (per-tensor scale), got shape {s.shape} of {s.dtype}")
+    if scale_a.dtype != np.float32 or scale_b.dtype != np.float32:
+        raise TypeError(f"scaled_mm: scale_a and scale_b must be float32, got {scale_a.dtype} and {scale_b.dtype}")
+    if scale_mode(a, b, scale_a, scale_b) is None:
+        (m, k), n = a.shape, b.shape[1]
+        kb, nb = -(-k // BLOCK), -(-n // BLOCK)
+        raise ValueError(
+            f"scaled_mm: scale_a of shape {scale_a.shape} and scale_b of shape {scale_b.shape} fit no scaling of a {a.shape} "
+            f"and b {b.shape}: per tensor (one value each), row-wise (({m}, 1) and (1, {n})) or "
+            f"block-scaled (({m}, {kb}) and ({kb}, {nb}), 1x128 blocks of a and 128x128 blocks of b)"
+        )
     out = np.dtype(out_dtype)
     if out not in OUT_DTYPES:
         raise TypeError(f"scaled_mm: out_dtype must be bfloat16, float16 or float32, got {out}")
@@ -47,9 +98,13 @@ def check(a: Any, b: Any, scale_a: Any, scale_b: Any, out_dtype: Any, bias: Any)
 
 
 def reference(a: Any, b: Any, scale_a: Any, scale_b: Any, out_dtype: Any = gp.bfloat16, bias: Any = None) -> gp.GPUArray:
-    """Dequantize to float32, multiply (exact FP32), scale, add the bias, round once."""
+    """Dequantize to float32, multiply (exact FP32), add the bias, round once."""
     out = check(a, b, scale_a, scale_b, out_dtype, bias)
-    y = gp.matmul(a.astype(gp.float32), b.astype(gp.float32)) * (scale_a.reshape(()) * scale_b.reshape(()))
+    a32, b32 = a.astype(gp.float32), b.astype(gp.float32)
+    if scale_mode(a, b, scale_a, scale_b) == "block":
+        y = gp.matmul(a32 * expand_scale(scale_a, a.shape, (1, BLOCK)), b32 * expand_scale(scale_b, b.shape, (BLOCK, BLOCK)))
+    else:  # scales of whole rows of a and columns of b come out of the sums
+        y = gp.matmul(a32, b32) * scale_a.reshape(-1, 1) * scale_b.reshape(1, -1)
     if bias is not None:
         y = y + bias.astype(gp.float32)
     return y.astype(out)
@@ -63,14 +118,54 @@ def _unit_col(x: gp.GPUArray) -> bool:  # column-major readable
     return x.shape[0] == 1 or x.strides[0] == x.itemsize
 
 
-def fits_tensor_cores(a: Any, b: Any, *args: Any, **kwargs: Any) -> bool:
-    """What cuBLASLt's fp8 path takes: k and n multiples of 16, not e5m2 with e5m2."""
+def _tensor_core_shapes(a: Any, b: Any) -> bool:
     return a.shape[1] % 16 == 0 and b.shape[1] % 16 == 0 and not (a.dtype == FP8[1] and b.dtype == FP8[1])
+
+
+def fits_tensor_cores(a: Any, b: Any, scale_a: Any = None, scale_b: Any = None, *args: Any, **kwargs: Any) -> bool:
+    """What cuBLASLt's per-tensor fp8 path takes: k and n multiples of 16, not e5m2 with e5m2."""
+    return scale_mode(a, b, scale_a, scale_b) == "tensor" and _tensor_core_shapes(a, b)
+
+
+def _sm() -> int:
+    return _runtime.get().sm
+
+
+def fits_sm90_scales(a: Any, b: Any, scale_a: Any = None, scale_b: Any = None, *args: Any, **kwargs: Any) -> bool:
+    """What cuBLASLt's row-wise and block-scaled fp8 path takes: SM 90 (the only
+    architecture with these modes), k and n multiples of 16, not e5m2 with
+    e5m2; block scales also need m (and n) to be multiples of 4."""
+    mode = scale_mode(a, b, scale_a, scale_b)
+    if mode not in ("row", "block") or _sm() != 90 or not _tensor_core_shapes(a, b):
+        return False
+    return mode == "row" or a.shape[0] % 4 == 0
+
+
+def _aligned(x: gp.GPUArray) -> gp.GPUArray:  # one contiguous run from a 16-byte boundary, as cuBLASLt reads scales
+    return x if x.is_contiguous and x.data_ptr % 16 == 0 else x.copy()
+
+
+def _lt_scales(mode: str, scale_a: gp.GPUArray, scale_b: gp.GPUArray) -> tuple[gp.GPUArray, gp.GPUArray]:
+    """The scales in the layouts cuBLASLt reads for ``mode``."""
+    if mode == "tensor":
+        return scale_a, scale_b
+    if mode == "row":
+        return _aligned(scale_a), _aligned(scale_b)
+    sa = _aligned(scale_a.T)  # M-major: the M scales of each K block side by side
+    kb, nb = scale_b.shape
+    if kb % 4 == 0:  # K-major: the K scales of each N block side by side
+        return sa, _aligned(scale_b.T)
+    # the stride between N blocks is rounded up to 4; the padding must exist after the last one too
+    sb = gp.zeros((nb, -(-kb // 4) * 4), gp.float32)
+    sb[:, :kb] = scale_b.T
+    return sa, sb
 
 
 def scaled_mm(a: Any, b: Any, scale_a: Any, scale_b: Any, out_dtype: Any = gp.bfloat16, bias: Any = None) -> gp.GPUArray:
     """The cuBLASLt fp8 product (see the module docstring)."""
     out = check(a, b, scale_a, scale_b, out_dtype, bias)
+    mode = scale_mode(a, b, scale_a, scale_b)
+    assert mode is not None  # check raised otherwise
     if not _unit_row(a):
         a = a.copy()
     if not _unit_col(b):
@@ -79,7 +174,8 @@ def scaled_mm(a: Any, b: Any, scale_a: Any, scale_b: Any, out_dtype: Any = gp.bf
         bias = bias.astype(out, copy=False)
         bias = bias if bias.is_contiguous else bias.copy()
     m, k, n = a.shape[0], a.shape[1], b.shape[1]
-    call = cublaslt.prepare(a, b, (), m, n, k, (m, n), bias is not None, out, scaled=True)
+    call = cublaslt.prepare(a, b, (), m, n, k, (m, n), bias is not None, out, scaled=True, scale_modes=LT_MODES[mode])
     if call is None:  # an empty product
         return reference(a, b, scale_a, scale_b, out, bias)
-    return call(a.data_ptr, b.data_ptr, 0 if bias is None else bias.data_ptr, scale_a.data_ptr, scale_b.data_ptr)
+    sa, sb = _lt_scales(mode, scale_a, scale_b)
+    return call(a.data_ptr, b.data_ptr, 0 if bias is None else bias.data_ptr, sa.data_ptr, sb.data_ptr)
