@@ -44,10 +44,12 @@ def test_registered_above_core():
     rows = [r for r in gp.ops.table() if r.plugin == "gemm"]
     assert {(r.op, r.impl) for r in rows} >= {("matmul", "gemm:cublaslt"), ("matmul", "gemm:cublaslt_bf16"), ("linear", "gemm:cublaslt")}
     if gp.backend() == "cuda":
-        assert all(r.status == "runs here" for r in rows if r.op == "matmul")
+        assert all(r.status == "runs here" for r in rows if r.op == "matmul" and r.impl.startswith("gemm:cublaslt"))
+        assert all(r.status.startswith("outranked by gemm:cublaslt") for r in rows if r.op == "matmul" and r.impl == "gemm:mma")
     else:
         assert all(r.status.startswith("not here:") for r in rows if r.backend == "cuda")
-        assert {(r.op, r.status) for r in rows if r.backend == "cpu"} == {("scaled_mm", "runs here"), ("qlinear", "runs here")}
+        cpu_ops = {"scaled_mm", "qlinear", "grouped_linear", "grouped_linear_masked"}
+        assert {(r.op, r.status) for r in rows if r.backend == "cpu"} == {(op, "runs here") for op in cpu_ops}
     info = next(p for p in gp.plugins.plugins() if p.name == "gemm")
     assert info.status == "active" and info.info.name == "pygpukit-gemm"
 

@@ -2,49 +2,61 @@
 the packing and rounding against NumPy, and the GEMV kernel (GPU) against the
 float64 product of the dequantized weight."""
 
+import ml_dtypes
 import numpy as np
 import pytest
 
 import pygpukit as gp
 from pygpukit_gemm import QuantizedWeight, dequantize_weight, quantize_weight
 
+FORMATS = ["int8", "int4", "fp8"]
 
-def _numpy_quantize(w, bits, g):
+
+def _numpy_quantize(w, fmt, g):
+    """The values (as float) and scales of the documented recipe, in NumPy."""
     n, k = w.shape
-    qmax = 127 if bits == 8 else 7
+    qmax = {"int8": 127, "int4": 7, "fp8": 448}[fmt]
     groups = w.astype(np.float32).reshape(n, k // g, g)
     amax = np.abs(groups).max(axis=2, keepdims=True)
-    scales = np.where(amax > 0, amax / qmax, 1.0).astype(np.float16)
-    values = np.clip(np.rint(groups / scales.astype(np.float32)), -qmax - (bits == 4), qmax).reshape(n, k)
-    return values, scales.reshape(n, k // g)
+    scales = np.where(amax > 0, amax / qmax, 1.0).astype(np.float32 if fmt == "fp8" else np.float16)
+    scaled = groups / scales.astype(np.float32)
+    if fmt == "fp8":
+        values = np.clip(scaled, -qmax, qmax).astype(ml_dtypes.float8_e4m3fn).astype(np.float32)
+    else:
+        values = np.clip(np.rint(scaled), -qmax - (fmt == "int4"), qmax)
+    return values.reshape(n, k), scales.reshape(n, k // g)
 
 
-@pytest.mark.parametrize("bits", [8, 4])
+@pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("g", [32, 128])
-def test_quantize_matches_numpy_and_round_trips(rng, bits, g):
+def test_quantize_matches_numpy_and_round_trips(rng, fmt, g):
     w = rng.standard_normal((24, 256)).astype(np.float32)
     w[3, :g] = 0  # an all-zero group: scale 1, values 0
-    qw = quantize_weight(gp.from_numpy(w), bits=bits, group_size=g)
-    values, scales = _numpy_quantize(w, bits, g)
+    qw = quantize_weight(gp.from_numpy(w), fmt, group_size=g)
+    values, scales = _numpy_quantize(w, fmt, g)
     np.testing.assert_array_equal(qw.scales.to_numpy(), scales)
-    if bits == 8:
-        assert qw.q.dtype == np.int8 and qw.q.shape == (24, 256)
-        np.testing.assert_array_equal(qw.q.to_numpy(), values.astype(np.int8))
-    else:
+    if fmt == "int4":
         assert qw.q.dtype == np.uint8 and qw.q.shape == (24, 128)
         packed = qw.q.to_numpy()
         np.testing.assert_array_equal((packed & 15).astype(int) - 8, values[:, 0::2])
         np.testing.assert_array_equal((packed >> 4).astype(int) - 8, values[:, 1::2])
-    assert qw.shape == (24, 256)
+    else:
+        assert qw.q.dtype == {"int8": np.int8, "fp8": np.dtype(gp.float8_e4m3fn)}[fmt] and qw.q.shape == (24, 256)
+        np.testing.assert_array_equal(qw.q.to_numpy().astype(np.float32), values)
+    assert qw.shape == (24, 256) and qw.format == fmt
     deq = dequantize_weight(qw).to_numpy()
-    step = np.repeat(scales.astype(np.float32), g, axis=1)
-    assert np.all(np.abs(deq - w) <= step * 0.5 + 1e-6 + (bits == 4) * step * 0.5)  # int4 clips -8..7: +-1 step at the top
+    group_scale = np.repeat(scales.astype(np.float32), g, axis=1)
+    if fmt == "fp8":  # e4m3 keeps 3 mantissa bits: half a unit in the last place, 2^-4 relative
+        assert np.all(np.abs(deq - w) <= np.abs(w) * 2.0**-4 + group_scale * 2.0**-9)
+    else:  # half a step; int4 clips -8..7, so the top of the range is off by up to one step
+        assert np.all(np.abs(deq - w) <= group_scale * (0.5 + (fmt == "int4") * 0.5) + 1e-6)
 
 
 def test_quantize_errors():
     w = gp.zeros((4, 64), gp.float32)
     for call, exc, match in (
-        (lambda: quantize_weight(w, bits=3), ValueError, "bits must be 4 or 8"),
+        (lambda: quantize_weight(w, "int3"), ValueError, "format must be one of int8, int4, fp8"),
+        (lambda: quantize_weight(gp.full((1, 32), np.nan), group_size=32), ValueError, "NaN or infinite"),
         (lambda: quantize_weight(w, group_size=48), ValueError, "positive multiple of 32"),
         (lambda: quantize_weight(gp.zeros((4, 96)), group_size=64), ValueError, r"in_features \(96\) must be a multiple"),
         (lambda: quantize_weight(gp.zeros((4, 64), gp.int32)), TypeError, "must be a float array"),
@@ -66,13 +78,13 @@ def _sm():
     return _runtime.get().sm
 
 
-@pytest.mark.parametrize("bits", [8, 4])
+@pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("dtype", [gp.bfloat16, gp.float16, gp.float32], ids=str)
 @pytest.mark.parametrize("xshape", [(1, 512), (3, 512), (2, 4, 512), (8, 512), (9, 512), (512,)])
-def test_qlinear_against_float64(rng, bits, dtype, xshape):
-    n = 200  # not a multiple of the block's 8 columns
+def test_qlinear_against_float64(rng, fmt, dtype, xshape):
+    n = 200  # not a multiple of a block's columns
     w = rng.standard_normal((n, 512)).astype(np.float32)
-    qw = quantize_weight(gp.from_numpy(w), bits=bits)
+    qw = quantize_weight(gp.from_numpy(w), fmt)
     x = rng.standard_normal(xshape).astype(dtype)
     bias = rng.standard_normal(n).astype(dtype)
     deq = dequantize_weight(qw, gp.float64).to_numpy()
@@ -88,26 +100,49 @@ def test_qlinear_against_float64(rng, bits, dtype, xshape):
     assert gp.ops.which("qlinear", gp.from_numpy(x), qw) == ("gemm:gemv_q" if kernel else "gemm:reference")
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [gp.bfloat16, gp.float16], ids=str)
+@pytest.mark.parametrize("xshape", [(1, 4096), (8, 1024), (2, 3, 520)])
+def test_gemv_linear_against_float64(rng, dtype, xshape):
+    """The plain-weight GEMV behind linear for decode rows (routed to it)."""
+    n = 333
+    x = rng.standard_normal(xshape).astype(dtype)
+    w = rng.standard_normal((n, xshape[-1])).astype(dtype)
+    bias = rng.standard_normal(n).astype(dtype)
+    gx, gw, gb = gp.from_numpy(x), gp.from_numpy(w), gp.from_numpy(bias)
+    with gp.routing(linear="gemm:gemv"):
+        got, plain = gp.linear(gx, gw, gb), gp.linear(gx, gw)
+    ref = x.astype(np.float64) @ w.astype(np.float64).T
+    for y, r in ((got, ref + bias.astype(np.float64)), (plain, ref)):
+        assert y.shape == (*xshape[:-1], n)
+        assert np.max(np.abs(y.to_numpy().astype(np.float64) - r)) / np.max(np.abs(r)) < 1e-2
+    assert gp.ops.which("linear", gx, gw[:, :8]) != "gemm:gemv"  # a strided weight: not the kernel's case
+
+
 def test_quantized_weight_is_plain_data():
-    qw = quantize_weight(gp.ones((2, 64)), bits=4, group_size=64)
-    assert isinstance(qw, QuantizedWeight) and qw.bits == 4 and qw.group_size == 64 and qw.scales.shape == (2, 1)
+    qw = quantize_weight(gp.ones((2, 64)), "int4", group_size=64)
+    assert isinstance(qw, QuantizedWeight) and qw.format == "int4" and qw.group_size == 64 and qw.scales.shape == (2, 1)
+    assert qw.shape == (2, 64) and qw.q.shape == (2, 32)
 
 
 def test_gemv_kernels_compile_for_sm80_and_sm90(tmp_path, monkeypatch):
-    """Every instantiation the plugin can launch compiles with NVRTC (no GPU needed)."""
+    """Every instantiation the plugin can launch compiles with NVRTC for SM 90
+    (no GPU needed); the extremes of the row count for SM 80."""
     import os
 
     from pygpukit.jit import nvrtc
-    from pygpukit_gemm import quant
+    from pygpukit_gemm import gemv
 
     if not nvrtc.available():
         if os.environ.get("CI"):
             pytest.fail("NVRTC could not be loaded in CI; pygpukit-core depends on nvidia-cuda-nvrtc")
         pytest.skip("NVRTC not installed")
     monkeypatch.setenv("PYGPUKIT_CACHE_DIR", str(tmp_path))
-    for rows in range(1, quant.MAX_ROWS + 1):
-        for int4 in (False, True):
-            for ctype in quant._CTYPES.values():
-                kernel = quant._kernel(rows, int4, ctype)
-                for sm in (80, 90):
+    for rows in range(1, gemv.MAX_ROWS + 1):
+        for fmt in gemv.TILES:
+            for dtype, ctype in gemv._CTYPES.items():
+                if fmt == "plain" and dtype not in gemv.HALF:
+                    continue
+                kernel = gemv.kernel(rows, fmt, ctype)
+                for sm in (80, 90) if rows in (1, gemv.MAX_ROWS) else (90,):
                     assert kernel.compile(sm).image[:4] == b"\x7fELF"

@@ -14,9 +14,11 @@ import pygpukit as gp
 from pygpukit.linalg import get_matmul_precision, linear_shapes, matmul_shapes
 from pygpukit.plugins import PluginInfo, hookimpl
 
-from . import __version__, cublaslt, quant, scaled
+from . import __version__, cublaslt, gemv, grouped, quant, scaled, tc
 
 PRIORITY = 10
+TC_PRIORITY = 5  # the own tensor-core GEMM: above core's kernel, below cuBLASLt
+GEMV_PRIORITY = 5  # the own decode GEMV for linear: below cuBLASLt
 _status = {"cublaslt": "not loaded"}
 
 
@@ -91,6 +93,23 @@ def pygpukit_plugin_info() -> PluginInfo:
     return PluginInfo("pygpukit-gemm", __version__, f"matmul and linear through cuBLASLt ({_status['cublaslt']})")
 
 
+def _register_tensor_cores(registry: Any) -> None:
+    """The own tensor-core kernel (tc.py): below cuBLASLt for matmul and linear
+    (it serves where cuBLASLt is missing, or when routed to), the only GPU
+    implementation of the grouped products."""
+    registry.define("grouped_linear", nkey=2, doc=grouped.__doc__ or "")
+    registry.define("grouped_linear_masked", nkey=2, doc=grouped.__doc__ or "")
+    for backend in ("cuda", "cpu"):
+        registry.register("grouped_linear", grouped.reference, backend=backend, name="reference")
+        registry.register("grouped_linear_masked", grouped.reference_masked, backend=backend, name="reference")
+    half = {"backend": "cuda", "dtypes": ["bfloat16", "float16"], "min_sm": 80, "name": "mma"}
+    registry.register("matmul", tc.matmul, priority=TC_PRIORITY, predicate=tc.same_dtype, **half)
+    registry.register("linear", tc.linear, priority=TC_PRIORITY, predicate=tc.same_dtype, **half)
+    registry.register("linear", gemv.linear, priority=GEMV_PRIORITY, predicate=gemv.decode_linear, **{**half, "name": "gemv"})
+    registry.register("grouped_linear", grouped.grouped_linear, priority=PRIORITY, predicate=grouped.kernel_dtypes, **half)
+    registry.register("grouped_linear_masked", grouped.grouped_linear_masked, priority=PRIORITY, predicate=grouped.kernel_dtypes, **half)
+
+
 @hookimpl
 def pygpukit_register_ops(registry: Any) -> None:
     if gp.backend() == "cuda":
@@ -105,9 +124,10 @@ def pygpukit_register_ops(registry: Any) -> None:
         registry.register("scaled_mm", scaled.reference, backend=backend, name="reference")
         registry.register("qlinear", quant.reference, backend=backend, name="reference")
     registry.register(
-        "qlinear", quant.gemv, backend="cuda", dtypes=["bfloat16", "float16", "float32"], min_sm=80, priority=PRIORITY,
+        "qlinear", quant.qlinear_gemv, backend="cuda", dtypes=["bfloat16", "float16", "float32"], min_sm=80, priority=PRIORITY,
         predicate=quant.decode_rows, name="gemv_q",
     )  # fmt: skip
+    _register_tensor_cores(registry)
     if gp.backend() == "cuda" and _status["cublaslt"].startswith("unavailable"):
         return
     for op, fn in (("matmul", matmul), ("linear", linear)):

@@ -21,7 +21,7 @@ from .dispatch import bench_dispatch
 from .elementwise import bench_elementwise
 from .graphs import bench_graphs
 from .harness import Recorder, host_time_us, median_time_ms
-from .matmul import bench_matmul
+from .matmul import bench_matmul, bench_own_gemm
 from .random import bench_random
 from .softmax import bench_softmax
 from .sorting import bench_sorting
@@ -258,6 +258,7 @@ SUITE = {
     "launch": bench_launch,
     "graphs": bench_graphs,
     "matmul": bench_matmul,
+    "own_gemm": bench_own_gemm,
     "reductions": bench_reductions,
     "jit": bench_jit,
     "import": bench_import,

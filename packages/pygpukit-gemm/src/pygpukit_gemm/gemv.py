@@ -1,0 +1,117 @@
+"""Decode GEMV (``kernels/gemv.cu``, NVRTC) for up to MAX_ROWS rows of
+activations: ``linear`` with bfloat16 / float16 weights, and ``qlinear`` with
+int8, int4 or fp8 weights and group scales (quant.py). The weight is read
+once, 16 bytes per load, so the time is the weight's bytes over the memory
+bandwidth; each format has the warps per block and columns per warp that ran
+fastest on an H100 (``TILES``)."""
+
+from __future__ import annotations
+
+import os
+import struct
+from functools import cache
+from typing import Any
+
+import numpy as np
+
+import pygpukit as gp
+from pygpukit import _runtime
+from pygpukit.linalg import linear_shapes
+from pygpukit.streams import current_stream_handle
+
+MAX_ROWS = 8  # rows of activations the kernel takes
+# format -> ((warps per block, output columns per warp) up to SMALL rows, and above):
+# the fastest on an H100 at Llama-3-8B's MLP shapes (4096 <-> 14336), bf16 activations
+TILES = {"plain": ((8, 1), (4, 4)), "int8": ((16, 2), (4, 4)), "int4": ((4, 4), (4, 4)), "fp8": ((8, 2), (4, 4))}
+SMALL = 2
+_FORMATS = {"int8": "pgk::Int8", "int4": "pgk::Int4", "fp8": "pgk::Fp8"}
+_CTYPES = {np.dtype(gp.bfloat16): "pgk::bfloat16", np.dtype(gp.float16): "pgk::half", np.dtype(gp.float32): "float"}
+HALF = (np.dtype(gp.bfloat16), np.dtype(gp.float16))
+
+
+def tile_of(fmt: str, rows: int) -> tuple[int, int]:
+    """(warps per block, columns per warp) for ``rows`` rows of ``fmt``."""
+    small, large = TILES[fmt]
+    return small if rows <= SMALL else large
+
+
+@cache
+def kernel(rows: int, fmt: str, ctype: str, tile: tuple[int, int] | None = None) -> Any:
+    """The kernel for ``rows`` rows of ``ctype`` activations and ``fmt`` weights."""
+    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels", "gemv.cu")) as f:
+        source = f.read()
+    warps, cols = tile or tile_of(fmt, rows)
+    weight = f"pgk::Plain<{ctype}>" if fmt == "plain" else _FORMATS[fmt]
+    return gp.jit(
+        source,
+        f"pgk::gemv<{rows}, {weight}, {warps}, {cols}, {ctype}>",
+        signature="const void* x, const void* q, const void* scales, const void* bias, void* y, int N, int K, int G",
+        name="gemv.cu",
+    )
+
+
+# Launches prepared per call signature: (CUfunction, grid, threads, output shape).
+_launches: dict[tuple, tuple[int, int, int, tuple[int, ...]]] = {}
+_PARAMS = struct.Struct("@PPPPPiii")  # the kernel's parameters, in the CUDA ABI layout
+
+
+def run(x: gp.GPUArray, q: gp.GPUArray, scales: gp.GPUArray | None, fmt: str, n: int, k: int, group: int, bias: Any) -> gp.GPUArray:
+    """y = x @ W.T (+ bias) for x (..., k) with at most MAX_ROWS rows and the
+    (n, k) weight W stored as ``q`` (and ``scales``) in format ``fmt``. A
+    repeated call signature goes straight to the launch: the host must stay
+    ahead of a ~15-50 us kernel."""
+    try:
+        bkey = None if bias is None else (bias._shape, bias._dtype, bias._contig)
+        fn, grid, threads, out_shape = _launches[x._shape, x._dtype, x._strides, x._ptr & 15, fmt, q._shape, group, bkey]
+    except (KeyError, AttributeError):
+        return _first(x, q, scales, fmt, n, k, group, bias)
+    stream = current_stream_handle()
+    y = gp.GPUArray._empty(out_shape, x._dtype, stream)
+    params = _PARAMS.pack(x._ptr, q._ptr, 0 if scales is None else scales._ptr, 0 if bias is None else bias._ptr, y._ptr, n, k, group)
+    _runtime.get().native.launch(fn, grid, 1, 1, threads, 1, 1, 0, stream, params)
+    return y
+
+
+def _first(x: gp.GPUArray, q: gp.GPUArray, scales: Any, fmt: str, n: int, k: int, group: int, bias: Any) -> gp.GPUArray:
+    lead = x.shape[:-1]
+    rows = x.size // k
+    x2 = x.reshape(rows, k)
+    b = None if bias is None else bias.astype(x.dtype, copy=False)
+    direct = x2.is_contiguous and x2.data_ptr == x.data_ptr and x2.data_ptr % 16 == 0 and (b is None or (b is bias and b.is_contiguous))
+    if not direct:
+        x2 = x2.copy()
+        if b is not None and not b.is_contiguous:
+            b = b.copy()
+    y = gp.empty((rows, n), x.dtype)
+    if rows:
+        kern = kernel(rows, fmt, _CTYPES[np.dtype(x.dtype)])
+        warps, cols = tile_of(fmt, rows)
+        grid = -(-n // (warps * cols))
+        kern(grid, warps * 32, x2, q, scales, b, y, n, k, group)
+        if direct:
+            bkey = None if bias is None else (bias._shape, bias._dtype, bias._contig)
+            fn = kern._function(_runtime.get())
+            _launches[x._shape, x._dtype, x._strides, x._ptr & 15, fmt, q._shape, group, bkey] = (fn, grid, warps * 32, (*lead, n))
+    return y.reshape(*lead, n)
+
+
+def decode_linear(x: Any, w: Any, bias: Any = None) -> bool:
+    """Predicate of ``linear``: at most MAX_ROWS rows, one half dtype, and a
+    weight the kernel reads as it is (contiguous rows, 16-byte aligned)."""
+    k = x.shape[-1] if x.ndim else 0
+    return (
+        x.dtype == w.dtype
+        and x.dtype in HALF
+        and x.size <= MAX_ROWS * k
+        and w.ndim == 2
+        and w.is_contiguous
+        and w.data_ptr % 16 == 0
+        and k % 8 == 0
+        and k > 0
+    )
+
+
+def linear(x: Any, w: Any, bias: Any = None) -> gp.GPUArray:
+    """``x @ w.T + bias`` for decode (see ``decode_linear``)."""
+    n = linear_shapes(x, w, bias)
+    return run(x, w, None, "plain", n, x.shape[-1], 0, bias)

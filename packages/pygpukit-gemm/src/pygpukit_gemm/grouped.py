@@ -1,0 +1,134 @@
+"""Grouped GEMM for mixture-of-experts layers: every expert e applies its own
+Linear weight w[e] (out_features N, in_features K) to its own tokens.
+
+``gp.ops.grouped_linear(x, w, offs, bias=None)``, the contiguous layout: x
+(T, K) holds the tokens sorted by expert, ``offs`` (E,) int32 the cumulative
+row ends (expert e owns rows [offs[e-1], offs[e]), as ``torch._grouped_mm``'s
+``offs``); returns (T, N). Rows past offs[E-1] belong to no expert and are
+zeros. ``offs`` must be non-decreasing and at most T: the reference checks
+this (it reads offs on the host); the kernel does not (that would
+synchronize) and reads the offsets clamped into that range.
+
+``gp.ops.grouped_linear_masked(x, w, masked_m, bias=None)``, the masked
+layout (decode, DeepGEMM's): x (E, max_m, K), expert e's valid rows are
+[0, masked_m[e]); returns (E, max_m, N) with the other rows zero.
+
+w is (E, N, K), bias (E, N) or None. The tensor-core kernel (bfloat16,
+float16, SM 80+) computes the whole group in one launch; the reference (any
+float dtype, every backend) runs ``gp.linear`` per expert.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+import numpy as np
+
+import pygpukit as gp
+from pygpukit import _runtime
+
+from . import tc
+
+_INDEX_DTYPES = (np.dtype(np.int32), np.dtype(np.int64))
+
+
+def _check(x: Any, w: Any, counts: Any, bias: Any, op: str, x_ndim: int) -> tuple[int, int, int]:
+    """Validate the operands; returns (E, N, K)."""
+    for name, v in (("x", x), ("w", w), ((op == "grouped_linear" and "offs") or "masked_m", counts)):
+        if not isinstance(v, gp.GPUArray):
+            raise TypeError(f"{op}: {name} must be a GPUArray, got {type(v).__name__}")
+    if w.ndim != 3:
+        raise ValueError(f"{op}: w must be 3-D (experts, out_features, in_features), got shape {w.shape}")
+    e, n, k = w.shape
+    if x.ndim != x_ndim or x.shape[-1] != k or (x_ndim == 3 and x.shape[0] != e):
+        want = "(tokens, in_features)" if x_ndim == 2 else "(experts, max_m, in_features)"
+        raise ValueError(f"{op}: x must be {want} with in_features {k} and {e} experts, got shape {x.shape}")
+    if (x.dtype.kind != "f" and x.dtype != np.dtype(gp.bfloat16)) or x.dtype != w.dtype:
+        raise TypeError(f"{op}: x and w must be float arrays of one dtype, got {x.dtype} and {w.dtype}")
+    if counts.shape != (e,) or counts.dtype not in _INDEX_DTYPES:
+        raise ValueError(f"{op}: the row counts must be an int32 (or int64) array of shape ({e},), got {counts.shape} {counts.dtype}")
+    if bias is not None and (not isinstance(bias, gp.GPUArray) or bias.shape != (e, n)):
+        raise ValueError(f"{op}: bias must be a GPUArray of shape ({e}, {n}) or None")
+    return e, n, k
+
+
+def reference(x: Any, w: Any, offs: Any, bias: Any = None) -> gp.GPUArray:
+    """``gp.linear`` per expert (offs read on the host and checked)."""
+    e, n, _ = _check(x, w, offs, bias, "grouped_linear", 2)
+    ends = offs.to_numpy().astype(np.int64)
+    if np.any(np.diff(ends) < 0) or (e and (ends[0] < 0 or ends[-1] > x.shape[0])):
+        raise ValueError(f"grouped_linear: offs must be non-decreasing and within [0, {x.shape[0]}], got {ends.tolist()}")
+    out = gp.zeros((x.shape[0], n), x.dtype)
+    start = 0
+    for i, end in enumerate(ends.tolist()):
+        if end > start:
+            out[start:end] = gp.linear(x[start:end], w[i], None if bias is None else bias[i])
+        start = end
+    return out
+
+
+def reference_masked(x: Any, w: Any, masked_m: Any, bias: Any = None) -> gp.GPUArray:
+    """``gp.linear`` over each expert's valid rows (masked_m read on the host)."""
+    e, n, _ = _check(x, w, masked_m, bias, "grouped_linear_masked", 3)
+    out = gp.zeros((e, x.shape[1], n), x.dtype)
+    for i, rows in enumerate(np.clip(masked_m.to_numpy(), 0, x.shape[1]).tolist()):
+        if rows:
+            out[i, :rows] = gp.linear(x[i, :rows], w[i], None if bias is None else bias[i])
+    return out
+
+
+def kernel_dtypes(x: Any, w: Any, *args: Any, **kwargs: Any) -> bool:
+    """Predicate: operands the tensor-core kernel takes (bf16/fp16, one dtype)."""
+    return x.dtype == w.dtype and x.dtype in tc.DTYPES
+
+
+_GROUPED = struct.Struct("@PPPPPPiiiiqqqqqq")
+_MASKED = struct.Struct("@PPPPPPiiiqqqqqqqqq")
+
+
+def _counts(c: gp.GPUArray) -> gp.GPUArray:
+    c = c.astype(gp.int32, copy=False)
+    return c if c.is_contiguous else c.copy()
+
+
+def grouped_linear(x: Any, w: Any, offs: Any, bias: Any = None) -> gp.GPUArray:
+    """The contiguous layout in one tensor-core launch (see the module docstring)."""
+    e, n, _ = _check(x, w, offs, bias, "grouped_linear", 2)
+    t = x.shape[0]
+    out = gp.empty((t, n), x.dtype)
+    if out.size == 0 or e == 0:
+        out[...] = 0
+        return out
+    A, B = tc.operand_a(x), tc.operand_b(w.swapaxes(1, 2))
+    b_ = tc._epilogue_vector(bias, x.dtype)
+    sms = _runtime.get().props["multiprocessor_count"]
+    cfg = tc.choose(max(1, t // e), n, e, sms)
+    kernel = tc._kernel("grouped_tc", cfg, B.nk, tc._CTYPE[x.dtype], tc.ACTIVATIONS[None], b_ is not None, False)
+    params = _GROUPED.pack(
+        A.array.data_ptr, B.array.data_ptr, out.data_ptr, 0 if b_ is None else b_.data_ptr, 0, _counts(offs).data_ptr,
+        e, t, n, A.array.shape[-1], A.ld, B.ld, n, 0, B.batch_stride, n,
+    )  # fmt: skip
+    pairs = -(-t // cfg.bm) + e
+    tc._launch(tc._function(kernel, cfg), (pairs * -(-n // cfg.bn), 1, 1), cfg, params)
+    return out
+
+
+def grouped_linear_masked(x: Any, w: Any, masked_m: Any, bias: Any = None) -> gp.GPUArray:
+    """The masked layout in one tensor-core launch (see the module docstring)."""
+    e, n, _ = _check(x, w, masked_m, bias, "grouped_linear_masked", 3)
+    max_m = x.shape[1]
+    out = gp.empty((e, max_m, n), x.dtype)
+    if out.size == 0:
+        return out
+    A, B = tc.operand_a(x), tc.operand_b(w.swapaxes(1, 2))
+    b_ = tc._epilogue_vector(bias, x.dtype)
+    sms = _runtime.get().props["multiprocessor_count"]
+    cfg = tc.choose(max_m, n, e, sms)
+    kernel = tc._kernel("masked_tc", cfg, B.nk, tc._CTYPE[x.dtype], tc.ACTIVATIONS[None], b_ is not None, False)
+    params = _MASKED.pack(
+        A.array.data_ptr, B.array.data_ptr, out.data_ptr, 0 if b_ is None else b_.data_ptr, 0, _counts(masked_m).data_ptr,
+        max_m, n, A.array.shape[-1], A.ld, B.ld, n, 0, A.batch_stride, B.batch_stride, max_m * n, 0, n,
+    )  # fmt: skip
+    tc._launch(tc._function(kernel, cfg), (-(-max_m // cfg.bm) * -(-n // cfg.bn), 1, e), cfg, params)
+    return out

@@ -1,0 +1,202 @@
+// Decode GEMV, y[m, n] = sum_k x[m, k] * w[n, k] (+ bias[n]), for M <= 8
+// rows of activations, with the weight in one of four formats (FMT):
+//   Plain<TX>: w in x's dtype (bf16 / fp16 / f32), [N, K];
+//   Int8:  q int8 [N, K], w = q * s[n, k / G];
+//   Int4:  q uint8 [N, K / 2], k even in the low nibble, k odd in the high one,
+//          each nibble the value + 8 (values -8..7), w = q * s[n, k / G];
+//   Fp8:   q float8_e4m3fn [N, K], w = q * s[n, k / G] (s float32).
+// Integer scales are half, symmetric (no zero point). Row n of the weight is
+// contiguous, as in a Linear layer.
+//
+// A warp computes COLS output columns for all M rows; a block has WARPS warps.
+// Per step each lane reads 16 bytes of every column's weights (one group, as
+// G is a multiple of 32 values), and the next step's are already requested:
+// 2 * COLS independent 16-byte loads in flight.
+// Weights become floats without I2F (a quarter-rate instruction): a byte b
+// placed under the exponent of 2^23 by one PRMT is the float 2^23 + b, and
+// one FADD takes the offset (2^23 + 128 for int8 read as b ^ 0x80, 2^23 + 8
+// for int4). An e4m3 byte moved into the top of a half (sign kept, the rest
+// shifted down one) is the same value times 2^-8, which the scale puts back.
+// Each column's chunk is converted once, each row's activations once per
+// step (L1-cached: every warp reads the same x) and used for every column;
+// the group scale is applied once per chunk; the warp's partial sums meet by
+// shuffles.
+#include "pgk/types.cuh"
+
+namespace pgk {
+
+template <class T>
+__device__ __forceinline__ float to_f(T v) { return static_cast<float>(v); }
+
+// 8 activations from k (16 bytes of a 2-byte type; two loads for float).
+template <class TX>
+__device__ __forceinline__ void load8(const TX* __restrict__ p, float (&out)[8]) {
+  if constexpr (sizeof(TX) == 2) {
+    const Vec<TX, 8> v = *reinterpret_cast<const Vec<TX, 8>*>(p);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) out[j] = to_f(v.v[j]);
+  } else {
+    const Vec<TX, 4> a = *reinterpret_cast<const Vec<TX, 4>*>(p);
+    const Vec<TX, 4> b = *reinterpret_cast<const Vec<TX, 4>*>(p + 4);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) out[j] = to_f(a.v[j]), out[4 + j] = to_f(b.v[j]);
+  }
+}
+
+// Byte j of w as the float 2^23 + byte.
+__device__ __forceinline__ float byte_as_float(unsigned int w, int j) {
+  return __uint_as_float(__byte_perm(w, 0x4B000000u, 0x7540u + j));
+}
+
+__device__ __forceinline__ float half_bits_to_float(unsigned short h) {
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+  return f;
+}
+
+// Formats: PER weights per 16-byte chunk, the chunk's values as floats (before
+// the scale), the scale type S and the factor the conversion left out.
+template <class TX>
+struct Plain {
+  static constexpr int PER = 16 / sizeof(TX);
+  static constexpr bool SCALED = false;
+  using S = float;
+  static constexpr float kFactor = 1.0f;
+  __device__ __forceinline__ static void unpack(const uint4& c, float (&out)[PER]) {
+    const Vec<TX, PER> v = *reinterpret_cast<const Vec<TX, PER>*>(&c);
+#pragma unroll
+    for (int j = 0; j < PER; ++j) out[j] = to_f(v.v[j]);
+  }
+};
+
+struct Int8 {
+  static constexpr int PER = 16;
+  static constexpr bool SCALED = true;
+  using S = half;
+  static constexpr float kFactor = 1.0f;
+  __device__ __forceinline__ static void unpack(const uint4& c, float (&out)[16]) {
+    const unsigned int words[4] = {c.x, c.y, c.z, c.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const unsigned int u = words[i] ^ 0x80808080u;  // signed byte b as b + 128
+#pragma unroll
+      for (int j = 0; j < 4; ++j) out[i * 4 + j] = byte_as_float(u, j) - 8388736.0f;  // 2^23 + 128
+    }
+  }
+};
+
+struct Int4 {
+  static constexpr int PER = 32;
+  static constexpr bool SCALED = true;
+  using S = half;
+  static constexpr float kFactor = 1.0f;
+  __device__ __forceinline__ static void unpack(const uint4& c, float (&out)[32]) {
+    const unsigned int words[4] = {c.x, c.y, c.z, c.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const unsigned int lo = words[i] & 0x0F0F0F0Fu, hi = (words[i] >> 4) & 0x0F0F0F0Fu;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        out[i * 8 + 2 * j] = byte_as_float(lo, j) - 8388616.0f;  // 2^23 + 8
+        out[i * 8 + 2 * j + 1] = byte_as_float(hi, j) - 8388616.0f;
+      }
+    }
+  }
+};
+
+struct Fp8 {  // e4m3fn; NaN never occurs in quantized weights
+  static constexpr int PER = 16;
+  static constexpr bool SCALED = true;
+  using S = float;
+  static constexpr float kFactor = 256.0f;  // 2^(15 - 7): half's exponent bias over e4m3's
+  __device__ __forceinline__ static void unpack(const uint4& c, float (&out)[16]) {
+    const unsigned int words[4] = {c.x, c.y, c.z, c.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int p = 0; p < 2; ++p) {
+        // bytes 2p, 2p+1 into the high bytes of two 16-bit lanes, then as halves
+        const unsigned int x = __byte_perm(words[i], 0, p ? 0x3727u : 0x1707u);
+        const unsigned int h = ((x & 0x7F007F00u) >> 1) | (x & 0x80008000u);
+        out[i * 4 + 2 * p] = half_bits_to_float(static_cast<unsigned short>(h & 0xFFFFu));
+        out[i * 4 + 2 * p + 1] = half_bits_to_float(static_cast<unsigned short>(h >> 16));
+      }
+  }
+};
+
+template <int M, class FMT, int WARPS, int COLS, class TX>
+__global__ void __launch_bounds__(WARPS * 32)
+gemv(const TX* __restrict__ x, const unsigned char* __restrict__ q, const void* __restrict__ scales_,
+     const TX* __restrict__ bias, TX* __restrict__ y, int N, int K, int G) {
+  constexpr int PER = FMT::PER;
+  using S = typename FMT::S;
+  const S* __restrict__ scales = static_cast<const S*>(scales_);
+  const int lane = threadIdx.x & 31;
+  const int n0 = (blockIdx.x * WARPS + (threadIdx.x >> 5)) * COLS;
+  if (n0 >= N) return;
+  const long long row_bytes = (long long)K * 16 / PER;
+  const int groups = FMT::SCALED ? K / G : 0;
+  float acc[M][COLS];
+#pragma unroll
+  for (int m = 0; m < M; ++m)
+#pragma unroll
+    for (int c = 0; c < COLS; ++c) acc[m][c] = 0.0f;
+  const int steps = K / PER;  // K is a multiple of G, G of PER (of 8 for plain weights)
+  // Loads one step ahead: the next chunks are in flight while these are used.
+  uint4 w[COLS], next[COLS];
+  auto load = [&](uint4 (&dst)[COLS], int s) {
+#pragma unroll
+    for (int c = 0; c < COLS; ++c) {
+      const int n = min(n0 + c, N - 1);  // columns past N repeat the last one, never stored
+      dst[c] = reinterpret_cast<const uint4*>(q + (long long)n * row_bytes)[s];
+    }
+  };
+  if (lane < steps) load(w, lane);
+  for (int s = lane; s < steps; s += 32) {
+    if (s + 32 < steps) load(next, s + 32);
+    const long long k0 = (long long)s * PER;
+    float scale[COLS];
+    if constexpr (FMT::SCALED) {
+#pragma unroll
+      for (int c = 0; c < COLS; ++c)
+        scale[c] = static_cast<float>(scales[(long long)min(n0 + c, N - 1) * groups + k0 / G]) * FMT::kFactor;
+    }
+    float wv[COLS][PER];
+#pragma unroll
+    for (int c = 0; c < COLS; ++c) FMT::unpack(w[c], wv[c]);
+    // each row's activations are read and converted once, for every column
+#pragma unroll
+    for (int m = 0; m < M; ++m) {
+      float part[COLS];
+#pragma unroll
+      for (int c = 0; c < COLS; ++c) part[c] = 0.0f;
+#pragma unroll
+      for (int h = 0; h < PER / 8; ++h) {
+        float xv[8];
+        load8(x + (long long)m * K + k0 + h * 8, xv);
+#pragma unroll
+        for (int c = 0; c < COLS; ++c)
+#pragma unroll
+          for (int j = 0; j < 8; ++j) part[c] = fmaf(wv[c][h * 8 + j], xv[j], part[c]);
+      }
+#pragma unroll
+      for (int c = 0; c < COLS; ++c) {
+        if constexpr (FMT::SCALED) acc[m][c] = fmaf(part[c], scale[c], acc[m][c]);
+        else acc[m][c] += part[c];
+      }
+    }
+#pragma unroll
+    for (int c = 0; c < COLS; ++c) w[c] = next[c];
+  }
+#pragma unroll
+  for (int m = 0; m < M; ++m)
+#pragma unroll
+    for (int c = 0; c < COLS; ++c) {
+      float v = acc[m][c];
+#pragma unroll
+      for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+      if (lane == 0 && n0 + c < N) y[(long long)m * N + n0 + c] = TX(bias ? v + to_f(bias[n0 + c]) : v);
+    }
+}
+
+}  // namespace pgk

@@ -1,0 +1,285 @@
+"""The plugin's own tensor-core GEMM (``kernels/gemm_tc.cu``, NVRTC): bfloat16
+and float16 products on SM 80+ with FP32 accumulation and a fused epilogue
+(bias, activation, residual), for ``matmul``, ``linear``, ``fused_linear`` and
+the mixture-of-experts grouped products.
+
+Heuristics: a tile config is chosen per (M, N, batch, SM count) by the
+estimated time of its waves, as DeepGEMM does: ``waves * blocks per SM * BM *
+BN / throughput``, where a config's relative throughput per SM was measured on
+an H100 (bigger tiles reuse each loaded byte more). ``PYGPUKIT_GEMM_CONFIG``
+(e.g. ``128x256x32``, BM x BN x BK) forces a config, for benchmarking.
+
+Operands: A must be row-major (unit stride along K), B either (K, N) row-major
+or (N, K) row-major (a Linear weight, or a transposed view); leading
+dimensions multiples of 8 elements and 16-byte aligned pointers, so every
+global read is one 16-byte cp.async. Anything else is copied first, and K is
+zero-padded to a multiple of 8 when it is not one.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import struct
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+import numpy as np
+
+import pygpukit as gp
+from pygpukit import _runtime
+from pygpukit.linalg import linear_shapes, matmul_shapes
+from pygpukit.streams import current_stream_handle
+
+from .cublaslt import OP_N, operand_layout
+
+DTYPES = (np.dtype(gp.bfloat16), np.dtype(gp.float16))
+_CTYPE = {DTYPES[0]: "pgk::bfloat16", DTYPES[1]: "pgk::half"}
+# activation name -> functor of pgk/math.cuh
+ACTIVATIONS = {None: "pgk::Positive", "relu": "pgk::Relu", "gelu": "pgk::Gelu", "gelu_tanh": "pgk::GeluTanh", "silu": "pgk::Silu"}
+
+
+@dataclass(frozen=True)
+class Config:
+    bm: int
+    bn: int
+    bk: int
+    wm: int  # warps along M
+    wn: int  # warps along N
+    stages: int
+    per_sm: int  # resident blocks per SM (registers and shared memory bound it)
+    throughput: float  # relative per-SM rate at full occupancy, measured
+
+    @property
+    def threads(self) -> int:
+        return self.wm * self.wn * 32
+
+    @property
+    def smem(self) -> int:
+        return self.stages * (self.bm + self.bn) * self.bk * 2
+
+    @property
+    def name(self) -> str:
+        return f"{self.bm}x{self.bn}x{self.bk}"
+
+
+CONFIGS = (  # throughput: measured at 8192^3 bf16 on an H100, relative to the first
+    Config(128, 256, 32, 2, 4, 4, 1, 1.0),
+    Config(64, 128, 64, 2, 2, 4, 2, 0.95),
+    Config(64, 64, 64, 2, 2, 4, 3, 0.72),
+)
+
+
+def choose(m: int, n: int, batch: int, sms: int) -> Config:
+    """The config with the least estimated time for an (m, n) output, ``batch`` times."""
+    forced = os.environ.get("PYGPUKIT_GEMM_CONFIG")
+    if forced:
+        for c in CONFIGS:
+            if c.name == forced:
+                return c
+        raise ValueError(f"PYGPUKIT_GEMM_CONFIG={forced!r} is not one of {', '.join(c.name for c in CONFIGS)}")
+
+    def cost(c: Config) -> float:
+        tiles = -(-m // c.bm) * -(-n // c.bn) * batch
+        resident = min(c.per_sm, -(-tiles // sms))  # blocks an SM actually holds
+        waves = -(-tiles // (sms * resident))
+        return waves * resident * c.bm * c.bn / c.throughput
+
+    return min(CONFIGS, key=cost)
+
+
+@cache
+def _kernel(entry: str, cfg: Config, b_nk: bool, ctype: str, act: str, bias: bool, res: bool) -> Any:
+    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels", "gemm_tc.cu")) as f:
+        source = f.read()
+    expr = (
+        f"pgk::{entry}<{cfg.bm}, {cfg.bn}, {cfg.bk}, {cfg.wm}, {cfg.wn}, {cfg.stages}, {str(b_nk).lower()}, {ctype}, {act}, "
+        f"{str(bias).lower()}, {str(res).lower()}>"
+    )
+    return gp.jit(source, expr, signature=_SIGNATURES[entry], name="gemm_tc.cu")
+
+
+_SIGNATURES = {
+    "gemm_tc": "const void* A, const void* B, void* D, const void* bias, const void* R, int M, int N, int K, long long lda, "
+    "long long ldb, long long ldd, long long ldr, long long strideA, long long strideB, long long strideD, long long strideR",
+    "grouped_tc": "const void* A, const void* B, void* D, const void* bias, const void* R, const void* offs, int E, int M, "
+    "int N, int K, long long lda, long long ldb, long long ldd, long long ldr, long long strideB, long long strideBias",
+    "masked_tc": "const void* A, const void* B, void* D, const void* bias, const void* R, const void* masked_m, int max_m, "
+    "int N, int K, long long lda, long long ldb, long long ldd, long long ldr, long long strideA, long long strideB, "
+    "long long strideD, long long strideR, long long strideBias",
+}
+# The same parameters in the CUDA ABI layout, for the prepared launches.
+_PACK = {"gemm_tc": struct.Struct("@PPPPPiiiqqqqqqqq")}
+
+
+def _function(kernel: Any, cfg: Config) -> int:
+    rt = _runtime.get()
+    fn = kernel._function(rt)
+    if fn not in _smem_set:
+        rt.native.function_set_max_dynamic_shared_memory(fn, cfg.smem)
+        _smem_set.add(fn)
+    return fn
+
+
+_smem_set: set[int] = set()
+
+
+def _launch(fn: int, grid: tuple[int, int, int], cfg: Config, params: bytes) -> None:
+    _runtime.get().native.launch(fn, *grid, cfg.threads, 1, 1, cfg.smem, current_stream_handle(), params)
+
+
+# -- operands -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Operand:
+    """A (*batch, r, c) operand as the kernel reads it: base array, leading
+    dimension and batch stride in elements; for B whether it is stored (N, K)."""
+
+    array: gp.GPUArray
+    ld: int
+    batch_stride: int
+    nk: bool = False
+
+
+def _direct(x: gp.GPUArray) -> tuple[int, int, int] | None:
+    """(op, ld, batch stride) when the kernel can read x as it is."""
+    lay = operand_layout(x.shape, x.strides, x.itemsize)
+    if lay is None or lay.ld % 8 or x.data_ptr % 16:
+        return None
+    return lay.op, lay.ld, lay.batch_stride
+
+
+def _pad_k(x: gp.GPUArray, axis: int, k8: int) -> gp.GPUArray:
+    """A contiguous copy of x with its K axis zero-padded to k8."""
+    shape = list(x.shape)
+    shape[axis] = k8
+    out = gp.zeros(tuple(shape), x.dtype)
+    index = [slice(None)] * x.ndim
+    index[axis] = slice(0, x.shape[axis])
+    out[tuple(index)] = x
+    return out
+
+
+def operand_a(a: gp.GPUArray) -> Operand:
+    """A (*batch, M, K): row-major with unit stride along K, else copied."""
+    k = a.shape[-1]
+    if k % 8:
+        a = _pad_k(a, -1, k + 8 - k % 8)
+    got = _direct(a)
+    if got is None or got[0] != OP_N:
+        a = a.copy()
+        got = _direct(a)
+        assert got is not None
+    return Operand(a, got[1], got[2])
+
+
+def operand_b(b: gp.GPUArray) -> Operand:
+    """B (*batch, K, N): read as (K, N) rows or as (N, K) rows (the transposed
+    view of a Linear weight), else copied into (N, K) rows."""
+    k, n = b.shape[-2:]
+    got = None if k % 8 else _direct(b)
+    if got is not None and (got[0] != OP_N or n % 8 == 0):  # (K, N) rows need whole 16-byte chunks of N
+        return Operand(b, got[1], got[2], nk=got[0] != OP_N)
+    bt = b.swapaxes(-1, -2)
+    bt = _pad_k(bt, -1, k + 8 - k % 8) if k % 8 else bt.copy()
+    _, ld, stride = _direct(bt) or (0, 0, 0)
+    return Operand(bt.swapaxes(-1, -2), ld, stride, nk=True)
+
+
+# -- products -------------------------------------------------------------------
+
+
+def _check_dtypes(*xs: Any) -> np.dtype:
+    dt = xs[0].dtype
+    if dt not in DTYPES or any(x.dtype != dt for x in xs):
+        raise TypeError(f"the tensor-core GEMM takes bfloat16 or float16 operands of one dtype, got {[str(x.dtype) for x in xs]}")
+    return dt
+
+
+def _epilogue_vector(v: gp.GPUArray | None, dt: np.dtype) -> gp.GPUArray | None:
+    if v is None:
+        return None
+    v = v.astype(dt, copy=False)
+    return v if v.is_contiguous else v.copy()
+
+
+def gemm(
+    a: gp.GPUArray,
+    b: gp.GPUArray,
+    batch: tuple[int, ...],
+    m: int,
+    n: int,
+    k: int,
+    bias: gp.GPUArray | None = None,
+    activation: str | None = None,
+    residual: gp.GPUArray | None = None,
+    config: Config | None = None,
+) -> gp.GPUArray:
+    """act((*batch, m, k) @ (*batch, k, n) + bias) + residual into a new
+    contiguous (*batch, m, n) array; bias (n,), residual (*batch, m, n)."""
+    dt = _check_dtypes(a, b)
+    out = gp.empty((*batch, m, n), dt)
+    nb = math.prod(batch)
+    if out.size == 0:
+        return out
+    if k == 0:  # an empty sum: the epilogue of zeros
+        acc = gp.zeros((*batch, m, n), gp.float32) + (0 if bias is None else bias.astype(gp.float32))
+        acc = _activate(acc, activation)
+        out[...] = acc if residual is None else acc + residual.astype(gp.float32)
+        return out
+    A, B = operand_a(a), operand_b(b)
+    kp = A.array.shape[-1]
+    bias_ = _epilogue_vector(bias, dt)
+    res = None
+    if residual is not None:
+        res = residual.astype(dt, copy=False).reshape(nb, m, n)
+        if res.strides[-1] != res.itemsize or res.data_ptr % 2:
+            res = res.copy()
+    cfg = config or choose(m, n, nb, _runtime.get().props["multiprocessor_count"])
+    kernel = _kernel("gemm_tc", cfg, B.nk, _CTYPE[dt], ACTIVATIONS[activation], bias_ is not None, res is not None)
+    fn = _function(kernel, cfg)
+    ldr, stride_r = (0, 0) if res is None else (res.strides[-2] // res.itemsize, res.strides[0] // res.itemsize if nb > 1 else 0)
+    params = _PACK["gemm_tc"].pack(
+        A.array.data_ptr, B.array.data_ptr, out.data_ptr, 0 if bias_ is None else bias_.data_ptr, 0 if res is None else res.data_ptr,
+        m, n, kp, A.ld, B.ld, n, ldr, A.batch_stride, B.batch_stride, m * n, stride_r,
+    )  # fmt: skip
+    tiles = -(-m // cfg.bm) * -(-n // cfg.bn)
+    _launch(fn, (tiles, 1, nb), cfg, params)
+    return out
+
+
+def _activate(y: gp.GPUArray, activation: str | None) -> gp.GPUArray:
+    if activation is None:
+        return y
+    return {"relu": gp.relu, "silu": gp.silu, "gelu": gp.gelu, "gelu_tanh": gp.gelu_tanh}[activation](y)
+
+
+def same_dtype(a: Any, b: Any, *args: Any, **kwargs: Any) -> bool:
+    """Predicate: both operands of one dtype (mixed ones promote, elsewhere)."""
+    return a.dtype == b.dtype
+
+
+def matmul(a: Any, b: Any) -> gp.GPUArray:
+    """``a @ b`` with NumPy's rules on the tensor-core kernel (bf16/fp16)."""
+    s = matmul_shapes(a, b)
+    return s.finish(gemm(s.a, s.b, s.batch, s.m, s.n, s.k))
+
+
+def linear(x: Any, w: Any, bias: Any = None) -> gp.GPUArray:
+    """``x @ w.T + bias``, the bias added in the kernel's epilogue."""
+    return fused_linear(x, w, bias)
+
+
+def fused_linear(x: Any, w: Any, bias: Any = None, *, activation: str | None = None, residual: Any = None) -> gp.GPUArray:
+    """``act(x @ w.T + bias) + residual`` in one kernel."""
+    n = linear_shapes(x, w, bias)
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"fused_linear: activation must be one of {list(ACTIVATIONS)}, got {activation!r}")
+    lead, k = x.shape[:-1], x.shape[-1]
+    if residual is not None and (not isinstance(residual, gp.GPUArray) or residual.shape != (*lead, n)):
+        raise ValueError(f"fused_linear: residual must be a GPUArray of the output's shape {(*lead, n)}")
+    x2 = x.reshape(-1, k)
+    res = None if residual is None else residual.reshape(-1, n)
+    return gemm(x2, w.T, (), x2.shape[0], n, k, bias, activation, res).reshape(*lead, n)

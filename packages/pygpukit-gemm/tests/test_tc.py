@@ -1,0 +1,231 @@
+"""The own tensor-core GEMM (tc.py, kernels/gemm_tc.cu) and the grouped
+products (grouped.py): the config heuristic and NVRTC compilation anywhere;
+products against float64 NumPy on the GPU (routed to the kernel, since
+cuBLASLt outranks it); the grouped references on every backend."""
+
+import os
+
+import numpy as np
+import pytest
+
+import pygpukit as gp
+from pygpukit_gemm import grouped, tc
+
+HALF = [gp.bfloat16, gp.float16]
+# norm-wise relative error (max |C - ref| / max |ref|): inputs are exact in the
+# dtype, products accumulate in FP32; what is left is the output rounding
+# (2^-8 for bf16, 2^-11 for fp16) and the activation's float32 evaluation.
+TOL = 1e-2
+
+
+def _rel(got, ref):
+    return float(np.max(np.abs(got.astype(np.float64) - ref)) / max(np.max(np.abs(ref)), 1e-30))
+
+
+def _rand(rng, shape, dtype):
+    """Values exactly representable in dtype, as float64."""
+    return rng.standard_normal(shape).astype(dtype).astype(np.float64)
+
+
+# -- anywhere ---------------------------------------------------------------------
+
+
+def test_heuristic_picks_by_estimated_waves(monkeypatch):
+    monkeypatch.delenv("PYGPUKIT_GEMM_CONFIG", raising=False)
+    assert tc.choose(8192, 8192, 1, 132).name == "128x256x32"  # 2048 tiles: the biggest tile fills its waves
+    assert tc.choose(16, 4096, 1, 132).name == "64x64x64"  # 32 or 16 bigger tiles would leave most SMs idle
+    assert tc.choose(128, 14336, 1, 132).name == "64x128x64"  # 56 tiles of 128x256: 76 SMs idle
+    monkeypatch.setenv("PYGPUKIT_GEMM_CONFIG", "64x128x64")
+    assert tc.choose(8192, 8192, 1, 132).name == "64x128x64"
+    monkeypatch.setenv("PYGPUKIT_GEMM_CONFIG", "100x100x32")
+    with pytest.raises(ValueError, match="128x256x32"):
+        tc.choose(8, 8, 1, 132)
+
+
+def test_configs_fit_the_hardware():
+    for c in tc.CONFIGS:
+        assert c.smem * c.per_sm <= 227 * 1024 and c.threads <= 1024
+        assert (c.bm // c.wm) % 16 == 0 and (c.bn // c.wn) % 16 == 0 and c.bn % 64 == 0
+
+
+def test_kernels_compile_for_sm80_and_sm90(tmp_path, monkeypatch):
+    """Every config, both B layouts and both dtypes, each entry point and each
+    activation compile with NVRTC (no GPU needed)."""
+    from pygpukit.jit import nvrtc
+
+    if not nvrtc.available():
+        if os.environ.get("CI"):
+            pytest.fail("NVRTC could not be loaded in CI; pygpukit-core depends on nvidia-cuda-nvrtc")
+        pytest.skip("NVRTC not installed")
+    monkeypatch.setenv("PYGPUKIT_CACHE_DIR", str(tmp_path))
+    cases = [("gemm_tc", c, nk, ct, "pgk::Positive", False, False) for c in tc.CONFIGS for nk in (True, False) for ct in tc._CTYPE.values()]
+    cases += [("gemm_tc", tc.CONFIGS[-1], True, "pgk::bfloat16", act, True, True) for act in tc.ACTIVATIONS.values()]
+    cases += [(entry, tc.CONFIGS[0], True, "pgk::bfloat16", "pgk::Positive", True, False) for entry in ("grouped_tc", "masked_tc")]
+    for case in cases:
+        kernel = tc._kernel(*case)
+        for sm in (80, 90):
+            assert kernel.compile(sm).image[:4] == b"\x7fELF", case
+
+
+def _moe_case(rng, dtype, t=300, e=5, n=72, k=40, bias=True):
+    x = _rand(rng, (t, k), dtype)
+    w = _rand(rng, (e, n, k), dtype)
+    b = _rand(rng, (e, n), dtype) if bias else None
+    counts = rng.integers(0, 2 * t // e, e)
+    counts[1] = 0  # an expert without tokens
+    ends = np.minimum(np.cumsum(counts), t - 7).astype(np.int32)  # the last 7+ rows belong to no expert
+    ref = np.zeros((t, n))
+    start = 0
+    for i, end in enumerate(ends):
+        ref[start:end] = x[start:end] @ w[i].T + (0 if b is None else b[i])
+        start = end
+    g = [gp.from_numpy(v.astype(dtype)) for v in (x, w)]
+    return g, gp.from_numpy(ends), None if b is None else gp.from_numpy(b.astype(dtype)), ref
+
+
+@pytest.mark.parametrize("dtype", [gp.float32, *HALF], ids=str)
+def test_grouped_linear_against_float64(rng, dtype):
+    (x, w), offs, b, ref = _moe_case(rng, dtype)
+    got = gp.ops.grouped_linear(x, w, offs, b)
+    assert got.shape == ref.shape and got.dtype == dtype
+    assert _rel(got.to_numpy(), ref) < (1e-5 if dtype == gp.float32 else TOL)
+    kernel = gp.backend() == "cuda" and dtype != gp.float32
+    assert gp.ops.which("grouped_linear", x, w, offs, b) == ("gemm:mma" if kernel else "gemm:reference")
+
+
+@pytest.mark.parametrize("dtype", [gp.float32, *HALF], ids=str)
+def test_grouped_linear_masked_against_float64(rng, dtype):
+    e, max_m, n, k = 4, 70, 48, 64
+    x = _rand(rng, (e, max_m, k), dtype)
+    w = _rand(rng, (e, n, k), dtype)
+    masked = np.array([0, 70, 13, 65], np.int32)
+    ref = np.zeros((e, max_m, n))
+    for i, m in enumerate(masked):
+        ref[i, :m] = x[i, :m] @ w[i].T
+    got = gp.ops.grouped_linear_masked(gp.from_numpy(x.astype(dtype)), gp.from_numpy(w.astype(dtype)), gp.from_numpy(masked))
+    assert got.shape == ref.shape
+    assert _rel(got.to_numpy(), ref) < (1e-5 if dtype == gp.float32 else TOL)
+    assert np.all(got.to_numpy()[0] == 0) and np.all(got.to_numpy()[2, 13:] == 0)  # rows past masked_m are zeros
+
+
+def test_grouped_errors(rng):
+    (x, w), offs, b, _ = _moe_case(rng, gp.float32)
+    with pytest.raises(ValueError, match="non-decreasing"):
+        grouped.reference(x, w, gp.from_numpy(np.array([5, 3, 9, 9, 9], np.int32)))
+    with pytest.raises(ValueError, match=r"shape \(5,\)"):
+        gp.ops.grouped_linear(x, w, gp.from_numpy(np.array([1, 2], np.int32)))
+    with pytest.raises(ValueError, match="in_features"):
+        gp.ops.grouped_linear(x[:, :3], w, offs)
+    with pytest.raises(TypeError, match="one dtype"):
+        gp.ops.grouped_linear(x.astype(gp.float16), w, offs)
+    with pytest.raises(ValueError, match="bias"):
+        gp.ops.grouped_linear(x, w, offs, b[:2])
+    with pytest.raises(TypeError, match="offs must be a GPUArray"):
+        gp.ops.grouped_linear(x, w, [1, 2, 3, 4, 5])
+
+
+# -- on the GPU ---------------------------------------------------------------------
+
+
+def _sm():
+    from pygpukit import _runtime
+
+    return _runtime.get().sm
+
+
+SHAPES = [(256, 512, 384), (1, 4096, 512), (33, 47, 17), (129, 200, 72), (5, 64, 1), (300, 136, 1000)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", HALF, ids=str)
+@pytest.mark.parametrize("mnk", SHAPES, ids=str)
+@pytest.mark.parametrize("layout", ["kn", "nk", "strided"])
+def test_matmul_against_float64(rng, dtype, mnk, layout):
+    m, n, k = mnk
+    a = _rand(rng, (m, k), dtype)
+    b = _rand(rng, (k, n), dtype)
+    ga = gp.from_numpy(a.astype(dtype))
+    gb = {
+        "kn": lambda: gp.from_numpy(b.astype(dtype)),
+        "nk": lambda: gp.from_numpy(np.ascontiguousarray(b.T).astype(dtype)).T,  # a Linear weight's view
+        "strided": lambda: gp.from_numpy(np.repeat(b, 2, axis=1).astype(dtype))[:, ::2],  # copied first
+    }[layout]()
+    with gp.routing(matmul="gemm:mma"):
+        assert gp.ops.which("matmul", ga, gb) == "gemm:mma"
+        got = ga @ gb
+    assert got.dtype == dtype and got.shape == (m, n)
+    assert _rel(got.to_numpy(), a @ b) < TOL
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", HALF, ids=str)
+def test_batched_broadcast_and_1d(rng, dtype):
+    a = _rand(rng, (3, 1, 65, 48), dtype)
+    b = _rand(rng, (4, 48, 80), dtype)
+    ga, gb = gp.from_numpy(a.astype(dtype)), gp.from_numpy(b.astype(dtype))
+    with gp.routing(matmul="gemm:mma"):
+        got = ga @ gb
+        v = gp.from_numpy(b[0, :, 0].astype(dtype))
+        got_v = ga[0, 0] @ v
+        got_t = gb.swapaxes(-1, -2) @ ga[0, 0].T  # transposed A: copied first
+    assert got.shape == (3, 4, 65, 80) and _rel(got.to_numpy(), a @ b) < TOL
+    assert got_v.shape == (65,) and _rel(got_v.to_numpy(), a[0, 0] @ b[0, :, 0]) < TOL
+    assert _rel(got_t.to_numpy(), b.swapaxes(-1, -2) @ a[0, 0].T) < TOL
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", HALF, ids=str)
+@pytest.mark.parametrize("activation", list(tc.ACTIVATIONS), ids=str)
+def test_fused_linear_epilogues(rng, dtype, activation):
+    import math
+
+    x = _rand(rng, (2, 37, 96), dtype)
+    w = _rand(rng, (130, 96), dtype)
+    b = _rand(rng, (130,), dtype)
+    r = _rand(rng, (2, 37, 130), dtype)
+    y = x @ w.T + b
+    erf = np.vectorize(math.erf)
+    act = {
+        None: lambda v: v,
+        "relu": lambda v: np.maximum(v, 0),
+        "gelu": lambda v: 0.5 * v * (1 + erf(v / math.sqrt(2))),
+        "gelu_tanh": lambda v: 0.5 * v * (1 + np.tanh(math.sqrt(2 / math.pi) * (v + 0.044715 * v**3))),
+        "silu": lambda v: v / (1 + np.exp(-v)),
+    }[activation]
+    g = [gp.from_numpy(v.astype(dtype)) for v in (x, w, b, r)]
+    got = tc.fused_linear(g[0], g[1], g[2], activation=activation, residual=g[3])
+    assert got.shape == (2, 37, 130)
+    assert _rel(got.to_numpy(), act(y) + r) < TOL
+    plain = tc.fused_linear(g[0], g[1], activation=activation)
+    assert _rel(plain.to_numpy(), act(x @ w.T)) < TOL
+
+
+@pytest.mark.gpu
+def test_linear_routed_deterministic_and_8192(rng):
+    """linear through the kernel with a bias; the same bits twice; a product
+    big enough to use the largest tile."""
+    m, n, k = 2048, 1024, 4096
+    x = gp.from_numpy(_rand(rng, (m, k), gp.bfloat16).astype(gp.bfloat16))
+    w = gp.from_numpy(_rand(rng, (n, k), gp.bfloat16).astype(gp.bfloat16))
+    b = gp.from_numpy(_rand(rng, (n,), gp.bfloat16).astype(gp.bfloat16))
+    with gp.routing(linear="gemm:mma"):
+        first, second = gp.linear(x, w, b), gp.linear(x, w, b)
+    ref = x.to_numpy().astype(np.float64) @ w.to_numpy().astype(np.float64).T + b.to_numpy().astype(np.float64)
+    assert _rel(first.to_numpy(), ref) < TOL
+    assert np.array_equal(first.to_numpy().view(np.uint16), second.to_numpy().view(np.uint16))
+
+
+@pytest.mark.gpu
+def test_grouped_kernel_edge_cases(rng):
+    """Offsets past T and decreasing ones are read clamped, not out of bounds;
+    all tokens in one expert; a single token."""
+    (x, w), _, _, _ = _moe_case(rng, gp.bfloat16, t=64, e=3, bias=False)
+    xn = x.to_numpy().astype(np.float64)
+    wn = w.to_numpy().astype(np.float64)
+    got = gp.ops.grouped_linear(x, w, gp.from_numpy(np.array([0, 64, 64], np.int32)))
+    assert _rel(got.to_numpy(), xn @ wn[1].T) < TOL
+    clamped = gp.ops.grouped_linear(x, w, gp.from_numpy(np.array([40, 10, 1000], np.int32))).to_numpy()
+    ref = np.concatenate([xn[:40] @ wn[0].T, xn[40:] @ wn[2].T])  # 10 reads as 40, 1000 as 64
+    assert _rel(clamped, ref) < TOL
+    one = gp.ops.grouped_linear(x[:1], w, gp.from_numpy(np.array([0, 0, 1], np.int32)))
+    assert _rel(one.to_numpy(), xn[:1] @ wn[2].T) < TOL
