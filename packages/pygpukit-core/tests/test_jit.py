@@ -97,6 +97,17 @@ def test_compile_to_cubin_and_ptx(need_nvrtc, tmp_path, monkeypatch):
     assert t.lowered["scale<float, 2>"].startswith("_Z")
 
 
+def test_arch_specific_target(need_nvrtc, tmp_path, monkeypatch):
+    """sm_90a code (wgmma) compiles only with arch_suffix="a"."""
+    monkeypatch.setenv("PYGPUKIT_CACHE_DIR", str(tmp_path))
+    src = 'extern "C" __global__ void f() { asm volatile("wgmma.fence.sync.aligned;"); }'
+    assert gp.jit(src, "f", arch_suffix="a").compile(sm=90).image[:4] == b"\x7fELF"
+    with pytest.raises(gp.CompileError):
+        gp.jit(src, "f").compile(sm=90)
+    with pytest.raises(ValueError, match="arch_suffix"):
+        gp.jit(src, "f", arch_suffix="b")
+
+
 def test_compile_error_shows_the_log(need_nvrtc, tmp_path, monkeypatch):
     monkeypatch.setenv("PYGPUKIT_CACHE_DIR", str(tmp_path))
     src = "__global__ void bad(float* x) {\n  x[0] = undefined_name;\n}\n"

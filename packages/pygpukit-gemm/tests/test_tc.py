@@ -33,10 +33,15 @@ def _rand(rng, shape, dtype):
 def test_heuristic_picks_by_estimated_waves(monkeypatch):
     monkeypatch.delenv("PYGPUKIT_GEMM_CONFIG", raising=False)
     assert tc.choose(8192, 8192, 1, 132).name == "128x256x32"  # 2048 tiles: the biggest tile fills its waves
+    assert tc.choose(8192, 8192, 1, 132, wgmma=True).name == "wgmma128x256x64"
+    assert tc.choose(256, 1024, 1, 132, wgmma=True).name == "wgmma128x128x64"  # 8 tiles of 256 columns, or 16 of 128
     assert tc.choose(16, 4096, 1, 132).name == "64x64x64"  # 32 or 16 bigger tiles would leave most SMs idle
     assert tc.choose(128, 14336, 1, 132).name == "64x128x64"  # 56 tiles of 128x256: 76 SMs idle
     monkeypatch.setenv("PYGPUKIT_GEMM_CONFIG", "64x128x64")
-    assert tc.choose(8192, 8192, 1, 132).name == "64x128x64"
+    assert tc.choose(8192, 8192, 1, 132).name == tc.choose(8192, 8192, 1, 132, wgmma=True).name == "64x128x64"
+    monkeypatch.setenv("PYGPUKIT_GEMM_CONFIG", "wgmma128x256x64")
+    with pytest.raises(ValueError, match="on this GPU"):
+        tc.choose(8, 8, 1, 132)  # not an SM 90
     monkeypatch.setenv("PYGPUKIT_GEMM_CONFIG", "100x100x32")
     with pytest.raises(ValueError, match="128x256x32"):
         tc.choose(8, 8, 1, 132)
@@ -65,6 +70,12 @@ def test_kernels_compile_for_sm80_and_sm90(tmp_path, monkeypatch):
         kernel = tc._kernel(*case)
         for sm in (80, 90):
             assert kernel.compile(sm).image[:4] == b"\x7fELF", case
+    for cfg in tc.WGMMA_CONFIGS:  # sm_90a only
+        for ct in tc._CTYPE.values():
+            for act, bias in (("pgk::Positive", False), ("pgk::Silu", True)):
+                assert tc._kernel("gemm_tc", cfg, True, ct, act, bias, bias).compile(90).image[:4] == b"\x7fELF"
+            assert tc._kernel("grouped_tc", cfg, True, ct, "pgk::Positive", True, False).compile(90).image[:4] == b"\x7fELF"
+            assert tc._transpose_kernel(ct).compile(80).image[:4] == b"\x7fELF"
 
 
 def _moe_case(rng, dtype, t=300, e=5, n=72, k=40, bias=True):
@@ -140,7 +151,10 @@ SHAPES = [(256, 512, 384), (1, 4096, 512), (33, 47, 17), (129, 200, 72), (5, 64,
 @pytest.mark.parametrize("dtype", HALF, ids=str)
 @pytest.mark.parametrize("mnk", SHAPES, ids=str)
 @pytest.mark.parametrize("layout", ["kn", "nk", "strided"])
-def test_matmul_against_float64(rng, dtype, mnk, layout):
+@pytest.mark.parametrize("config", ["auto", "128x256x32", "64x64x64"])  # on an H100, auto is the wgmma kernel
+def test_matmul_against_float64(rng, monkeypatch, dtype, mnk, layout, config):
+    if config != "auto":
+        monkeypatch.setenv("PYGPUKIT_GEMM_CONFIG", config)
     m, n, k = mnk
     a = _rand(rng, (m, k), dtype)
     b = _rand(rng, (k, n), dtype)
@@ -213,6 +227,14 @@ def test_linear_routed_deterministic_and_8192(rng):
     ref = x.to_numpy().astype(np.float64) @ w.to_numpy().astype(np.float64).T + b.to_numpy().astype(np.float64)
     assert _rel(first.to_numpy(), ref) < TOL
     assert np.array_equal(first.to_numpy().view(np.uint16), second.to_numpy().view(np.uint16))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", HALF, ids=str)
+def test_grouped_linear_big_experts(rng, dtype):
+    """Enough rows per expert for the 128-row tiles (the warpgroup kernel on an H100)."""
+    (x, w), offs, b, ref = _moe_case(rng, dtype, t=1100, e=4, n=200, k=136)
+    assert _rel(gp.ops.grouped_linear(x, w, offs, b).to_numpy(), ref) < TOL
 
 
 @pytest.mark.gpu

@@ -100,10 +100,11 @@ def grouped_linear(x: Any, w: Any, offs: Any, bias: Any = None) -> gp.GPUArray:
     if out.size == 0 or e == 0:
         out[...] = 0
         return out
-    A, B = tc.operand_a(x), tc.operand_b(w.swapaxes(1, 2))
+    rt = _runtime.get()
+    rows = max(1, t // e)
+    cfg = tc.choose(rows, n, e, rt.props["multiprocessor_count"], rt.sm == 90 and rows > tc.WGMMA_MIN_M)
+    A, B = tc.operand_a(x), tc.operand_b(w.swapaxes(1, 2), nk_only=cfg.wgmma)
     b_ = tc._epilogue_vector(bias, x.dtype)
-    sms = _runtime.get().props["multiprocessor_count"]
-    cfg = tc.choose(max(1, t // e), n, e, sms)
     kernel = tc._kernel("grouped_tc", cfg, B.nk, tc._CTYPE[x.dtype], tc.ACTIVATIONS[None], b_ is not None, False)
     params = _GROUPED.pack(
         A.array.data_ptr, B.array.data_ptr, out.data_ptr, 0 if b_ is None else b_.data_ptr, 0, _counts(offs).data_ptr,

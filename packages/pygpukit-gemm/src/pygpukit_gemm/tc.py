@@ -3,7 +3,9 @@ and float16 products on SM 80+ with FP32 accumulation and a fused epilogue
 (bias, activation, residual), for ``matmul``, ``linear``, ``fused_linear`` and
 the mixture-of-experts grouped products.
 
-Heuristics: a tile config is chosen per (M, N, batch, SM count) by the
+On SM 90 the kernel is the warpgroup one (wgmma, compiled for sm_90a),
+which reads B stored (N, K) (a (K, N) B is copied so first); elsewhere the
+mma.sync one. Heuristics: a tile config is chosen per (M, N, batch, SM count) by the
 estimated time of its waves, as DeepGEMM does: ``waves * blocks per SM * BM *
 BN / throughput``, where a config's relative throughput per SM was measured on
 an H100 (bigger tiles reuse each loaded byte more). ``PYGPUKIT_GEMM_CONFIG``
@@ -50,6 +52,7 @@ class Config:
     stages: int
     per_sm: int  # resident blocks per SM (registers and shared memory bound it)
     throughput: float  # relative per-SM rate at full occupancy, measured
+    wgmma: bool = False  # the SM 90 warpgroup kernel (BM 128, BK 64, B stored (N, K))
 
     @property
     def threads(self) -> int:
@@ -61,7 +64,7 @@ class Config:
 
     @property
     def name(self) -> str:
-        return f"{self.bm}x{self.bn}x{self.bk}"
+        return f"{'wgmma' if self.wgmma else ''}{self.bm}x{self.bn}x{self.bk}"
 
 
 CONFIGS = (  # throughput: measured at 8192^3 bf16 on an H100, relative to the first
@@ -69,16 +72,24 @@ CONFIGS = (  # throughput: measured at 8192^3 bf16 on an H100, relative to the f
     Config(64, 128, 64, 2, 2, 4, 2, 0.95),
     Config(64, 64, 64, 2, 2, 4, 3, 0.72),
 )
+WGMMA_CONFIGS = (  # SM 90 only; two consumer warpgroups of 64 rows
+    Config(128, 256, 64, 2, 4, 4, 1, 1.0, True),
+    Config(128, 128, 64, 2, 4, 5, 1, 0.91, True),
+)
+WGMMA_MIN_M = 64  # fewer rows: the 64-row mma.sync tiles waste less
 
 
-def choose(m: int, n: int, batch: int, sms: int) -> Config:
-    """The config with the least estimated time for an (m, n) output, ``batch`` times."""
+def choose(m: int, n: int, batch: int, sms: int, wgmma: bool = False) -> Config:
+    """The config with the least estimated time for an (m, n) output, ``batch``
+    times: among the warpgroup kernels when ``wgmma`` (SM 90), else the mma.sync ones."""
+    configs = WGMMA_CONFIGS if wgmma else CONFIGS
     forced = os.environ.get("PYGPUKIT_GEMM_CONFIG")
     if forced:
-        for c in CONFIGS:
+        allowed = CONFIGS + WGMMA_CONFIGS if wgmma else CONFIGS
+        for c in allowed:
             if c.name == forced:
                 return c
-        raise ValueError(f"PYGPUKIT_GEMM_CONFIG={forced!r} is not one of {', '.join(c.name for c in CONFIGS)}")
+        raise ValueError(f"PYGPUKIT_GEMM_CONFIG={forced!r} is not one of {', '.join(c.name for c in allowed)} on this GPU")
 
     def cost(c: Config) -> float:
         tiles = -(-m // c.bm) * -(-n // c.bn) * batch
@@ -86,17 +97,18 @@ def choose(m: int, n: int, batch: int, sms: int) -> Config:
         waves = -(-tiles // (sms * resident))
         return waves * resident * c.bm * c.bn / c.throughput
 
-    return min(CONFIGS, key=cost)
+    return min(configs, key=cost)
 
 
 @cache
 def _kernel(entry: str, cfg: Config, b_nk: bool, ctype: str, act: str, bias: bool, res: bool) -> Any:
     with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels", "gemm_tc.cu")) as f:
         source = f.read()
-    expr = (
-        f"pgk::{entry}<{cfg.bm}, {cfg.bn}, {cfg.bk}, {cfg.wm}, {cfg.wn}, {cfg.stages}, {str(b_nk).lower()}, {ctype}, {act}, "
-        f"{str(bias).lower()}, {str(res).lower()}>"
-    )
+    flags = f"{str(bias).lower()}, {str(res).lower()}"
+    if cfg.wgmma:  # gemm_tc -> gemm_wgmma, grouped_tc -> grouped_wgmma
+        expr = f"pgk::{entry.replace('_tc', '_wgmma')}<{cfg.bn}, {cfg.stages}, {ctype}, {act}, {flags}>"
+        return gp.jit(source, expr, signature=_SIGNATURES[entry], name="gemm_tc.cu", arch_suffix="a")
+    expr = f"pgk::{entry}<{cfg.bm}, {cfg.bn}, {cfg.bk}, {cfg.wm}, {cfg.wn}, {cfg.stages}, {str(b_nk).lower()}, {ctype}, {act}, {flags}>"
     return gp.jit(source, expr, signature=_SIGNATURES[entry], name="gemm_tc.cu")
 
 
@@ -175,17 +187,42 @@ def operand_a(a: gp.GPUArray) -> Operand:
     return Operand(a, got[1], got[2])
 
 
-def operand_b(b: gp.GPUArray) -> Operand:
-    """B (*batch, K, N): read as (K, N) rows or as (N, K) rows (the transposed
-    view of a Linear weight), else copied into (N, K) rows."""
+def operand_b(b: gp.GPUArray, nk_only: bool = False) -> Operand:
+    """B (*batch, K, N): read as (K, N) rows (unless ``nk_only``) or as (N, K)
+    rows (the transposed view of a Linear weight), else copied into (N, K) rows."""
     k, n = b.shape[-2:]
     got = None if k % 8 else _direct(b)
-    if got is not None and (got[0] != OP_N or n % 8 == 0):  # (K, N) rows need whole 16-byte chunks of N
+    if got is not None and (got[0] != OP_N or (n % 8 == 0 and not nk_only)):  # (K, N) rows: whole 16-byte chunks of N
         return Operand(b, got[1], got[2], nk=got[0] != OP_N)
+    if got is not None:  # (K, N) rows, wanted as (N, K): a tiled transpose
+        return _transposed(b, got[1], got[2])
     bt = b.swapaxes(-1, -2)
     bt = _pad_k(bt, -1, k + 8 - k % 8) if k % 8 else bt.copy()
     _, ld, stride = _direct(bt) or (0, 0, 0)
     return Operand(bt.swapaxes(-1, -2), ld, stride, nk=True)
+
+
+def _transposed(b: gp.GPUArray, ld: int, batch_stride: int) -> Operand:
+    """B (*batch, K, N) with (K, N) rows of stride ``ld``, copied into contiguous
+    (N, K) rows by the transpose kernel (once for a broadcast batch)."""
+    k, n = b.shape[-2:]
+    nb = math.prod(b.shape[:-2]) if batch_stride else 1
+    out = gp.empty((nb, n, k), b.dtype)
+    kernel = _transpose_kernel(_CTYPE[np.dtype(b.dtype)])
+    kernel((-(-n // 32), -(-k // 32), nb), 256, b.data_ptr, out, k, n, ld, batch_stride)
+    return Operand(out.reshape(nb, n, k).swapaxes(-1, -2), k, n * k if batch_stride else 0, nk=True)
+
+
+@cache
+def _transpose_kernel(ctype: str) -> Any:
+    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels", "gemm_tc.cu")) as f:
+        source = f.read()
+    return gp.jit(
+        source,
+        f"pgk::transpose_2d<{ctype}>",
+        signature="const void* src, void* dst, int rows, int cols, long long lds, long long zs",
+        name="gemm_tc.cu",
+    )
 
 
 # -- products -------------------------------------------------------------------
@@ -229,7 +266,9 @@ def gemm(
         acc = _activate(acc, activation)
         out[...] = acc if residual is None else acc + residual.astype(gp.float32)
         return out
-    A, B = operand_a(a), operand_b(b)
+    rt = _runtime.get()
+    cfg = config or choose(m, n, nb, rt.props["multiprocessor_count"], rt.sm == 90 and m > WGMMA_MIN_M)
+    A, B = operand_a(a), operand_b(b, nk_only=cfg.wgmma)
     kp = A.array.shape[-1]
     bias_ = _epilogue_vector(bias, dt)
     res = None
@@ -237,7 +276,6 @@ def gemm(
         res = residual.astype(dt, copy=False).reshape(nb, m, n)
         if res.strides[-1] != res.itemsize or res.data_ptr % 2:
             res = res.copy()
-    cfg = config or choose(m, n, nb, _runtime.get().props["multiprocessor_count"])
     kernel = _kernel("gemm_tc", cfg, B.nk, _CTYPE[dt], ACTIVATIONS[activation], bias_ is not None, res is not None)
     fn = _function(kernel, cfg)
     ldr, stride_r = (0, 0) if res is None else (res.strides[-2] // res.itemsize, res.strides[0] // res.itemsize if nb > 1 else 0)

@@ -53,7 +53,9 @@ class JitKernel:
     instantiation (``"scale<float>"``). Parameter types are read from the
     source (or from ``signature="float* x, int n"``) and arguments are
     converted by them: GPUArray, int address or None for pointers, numbers
-    for scalars.
+    for scalars. ``arch_suffix="a"`` compiles for the architecture-specific
+    target (``sm_90a``: wgmma, setmaxnreg), which then runs on that exact
+    architecture only.
     """
 
     def __init__(
@@ -64,6 +66,7 @@ class JitKernel:
         options: Sequence[str] = (),
         signature: str | None = None,
         name: str | None = None,
+        arch_suffix: str = "",
     ) -> None:
         if not isinstance(source, str) or not isinstance(func, str):
             raise TypeError("jit(source, func): source and func must be str")
@@ -71,6 +74,9 @@ class JitKernel:
         self.func = func
         self.options = tuple(options)
         self.program_name = name or f"{func.partition('<')[0]}.cu"
+        if arch_suffix not in ("", "a", "f"):
+            raise ValueError(f"arch_suffix must be '', 'a' or 'f', got {arch_suffix!r}")
+        self.arch_suffix = arch_suffix
         if signature is not None:
             params = _parse(signature)
         elif "<" in func:
@@ -89,7 +95,7 @@ class JitKernel:
             if rt.backend != "cuda":
                 raise BackendError(f"compile() needs sm= on the CPU backend ({rt.reason})")
             sm = rt.sm
-        return compiler.compile_source(self.source, [self.func], sm, self.options, self.program_name)
+        return compiler.compile_source(self.source, [self.func], sm, self.options, self.program_name, self.arch_suffix)
 
     def _function(self, rt: _runtime.Runtime) -> int:
         fn = self._fn.get(rt.sm)
