@@ -209,7 +209,7 @@ def _transposed(b: gp.GPUArray, ld: int, batch_stride: int) -> Operand:
     nb = math.prod(b.shape[:-2]) if batch_stride else 1
     out = gp.empty((nb, n, k), b.dtype)
     kernel = _transpose_kernel(_CTYPE[np.dtype(b.dtype)])
-    kernel((-(-n // 32), -(-k // 32), nb), 256, b.data_ptr, out, k, n, ld, batch_stride)
+    kernel((-(-n // 64), -(-k // 64), nb), 256, b.data_ptr, out, k, n, ld, batch_stride)
     return Operand(out.reshape(nb, n, k).swapaxes(-1, -2), k, n * k if batch_stride else 0, nk=True)
 
 

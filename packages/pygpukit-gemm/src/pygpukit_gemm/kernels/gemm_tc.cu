@@ -580,23 +580,40 @@ grouped_wgmma(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ 
 // dst[z][c][r] = src[z][r][c] for a (rows, cols) matrix with row stride lds
 // (elements) per batch entry z (stride zs), into contiguous (cols, rows):
 // B stored (K, N) becomes the (N, K) operand the warpgroup kernel reads. A
-// 32 x 32 tile goes through shared memory (padded a column against bank
-// conflicts), so both the reads and the writes are coalesced.
+// 64 x 64 tile goes through shared memory; reads and writes are 16-byte
+// vectors (8 elements) along the rows of src and of dst, which the host
+// guarantees are aligned (lds and rows multiples of 8, 16-byte pointers).
 template <class T>
 __global__ void __launch_bounds__(256)
 transpose_2d(const T* __restrict__ src, T* __restrict__ dst, int rows, int cols, long long lds, long long zs) {
-  __shared__ T tile[32][33];
+  __shared__ T tile[64][64 + 2];  // 132-byte rows: a column's 8 elements fall in different banks
   const long long z = blockIdx.z;
-  const int r0 = blockIdx.y * 32, c0 = blockIdx.x * 32, tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
+  const int r0 = blockIdx.y * 64, c0 = blockIdx.x * 64;
   src += z * zs;
   dst += z * (long long)rows * cols;
 #pragma unroll
-  for (int i = ty; i < 32; i += 8)
-    if (r0 + i < rows && c0 + tx < cols) tile[i][tx] = src[(long long)(r0 + i) * lds + c0 + tx];
+  for (int i = 0; i < 2; ++i) {
+    const int idx = threadIdx.x + i * 256, r = idx >> 3, c = (idx & 7) * 8;
+    if (r0 + r >= rows) continue;
+    const T* p = src + (long long)(r0 + r) * lds + c0 + c;
+    if (c0 + c + 8 <= cols) {
+      const Vec<T, 8> v = *reinterpret_cast<const Vec<T, 8>*>(p);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) tile[r][c + j] = v.v[j];
+    } else {
+      for (int j = 0; c0 + c + j < cols; ++j) tile[r][c + j] = p[j];
+    }
+  }
   __syncthreads();
 #pragma unroll
-  for (int i = ty; i < 32; i += 8)
-    if (c0 + i < cols && r0 + tx < rows) dst[(long long)(c0 + i) * rows + r0 + tx] = tile[tx][i];
+  for (int i = 0; i < 2; ++i) {
+    const int idx = threadIdx.x + i * 256, c = idx >> 3, r = (idx & 7) * 8;
+    if (c0 + c >= cols || r0 + r >= rows) continue;
+    Vec<T, 8> v;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) v.v[j] = tile[r + j][c];
+    *reinterpret_cast<Vec<T, 8>*>(dst + (long long)(c0 + c) * rows + r0 + r) = v;  // rows % 8 == 0: whole vectors
+  }
 }
 
 }  // namespace pgk

@@ -15,8 +15,10 @@
 // Weights become floats without I2F (a quarter-rate instruction): a byte b
 // placed under the exponent of 2^23 by one PRMT is the float 2^23 + b, and
 // one FADD takes the offset (2^23 + 128 for int8 read as b ^ 0x80, 2^23 + 8
-// for int4). An e4m3 byte moved into the top of a half (sign kept, the rest
-// shifted down one) is the same value times 2^-8, which the scale puts back.
+// for int4). e4m3 pairs become half pairs by the hardware conversion on
+// SM 89+; before that, an e4m3 byte moved into the top of a half (sign kept,
+// the rest shifted down one) is the same value times 2^-8, which the scale
+// puts back.
 // Each column's chunk is converted once, each row's activations once per
 // step (L1-cached: every warp reads the same x) and used for every column;
 // the group scale is applied once per chunk; the warp's partial sums meet by
@@ -108,6 +110,22 @@ struct Fp8 {  // e4m3fn; NaN never occurs in quantized weights
   static constexpr int PER = 16;
   static constexpr bool SCALED = true;
   using S = float;
+#if __CUDA_ARCH__ >= 890
+  static constexpr float kFactor = 1.0f;
+  __device__ __forceinline__ static void unpack(const uint4& c, float (&out)[16]) {
+    const unsigned int words[4] = {c.x, c.y, c.z, c.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int p = 0; p < 2; ++p) {  // two e4m3 values at a time, by the hardware conversion
+        unsigned int h;
+        const unsigned short pair = static_cast<unsigned short>(words[i] >> (16 * p));
+        asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h) : "h"(pair));
+        out[i * 4 + 2 * p] = half_bits_to_float(static_cast<unsigned short>(h & 0xFFFFu));
+        out[i * 4 + 2 * p + 1] = half_bits_to_float(static_cast<unsigned short>(h >> 16));
+      }
+  }
+#else
   static constexpr float kFactor = 256.0f;  // 2^(15 - 7): half's exponent bias over e4m3's
   __device__ __forceinline__ static void unpack(const uint4& c, float (&out)[16]) {
     const unsigned int words[4] = {c.x, c.y, c.z, c.w};
@@ -122,6 +140,7 @@ struct Fp8 {  // e4m3fn; NaN never occurs in quantized weights
         out[i * 4 + 2 * p + 1] = half_bits_to_float(static_cast<unsigned short>(h >> 16));
       }
   }
+#endif
 };
 
 template <int M, class FMT, int WARPS, int COLS, class TX>
