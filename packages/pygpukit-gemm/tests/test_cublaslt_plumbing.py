@@ -2,6 +2,7 @@
 descriptor attributes, layouts and pointers a product hands to cuBLASLt (the
 real library runs in the GPU tests)."""
 
+import ctypes
 import itertools
 
 import numpy as np
@@ -16,6 +17,8 @@ class FakeDll:
         self.ids = itertools.count(100)
         self.layouts = {}  # handle -> [type, rows, cols, ld, {attr: value}]
         self.descs = {}  # handle -> [compute, scale, {attr: value}]
+        self.prefs = {}  # handle -> {attr: value}
+        self.heuristics = []  # (desc, A, B, C, D layouts, preference) per call
         self.matmuls = []
 
     def _new(self, out):
@@ -31,13 +34,14 @@ class FakeDll:
         return 0
 
     def cublasLtMatmulPreferenceCreate(self, out):
-        self._new(out)
+        self.prefs[self._new(out)] = {}
         return 0
 
     def cublasLtMatmulPreferenceDestroy(self, pref):
         return 0
 
     def cublasLtMatmulAlgoGetHeuristic(self, handle, desc, la, lb, lc, ld, pref, n, result, count):
+        self.heuristics.append((desc.value, la, lb, lc, ld, pref.value))
         result._obj.workspace_size = 4096
         result._obj.state = 0
         count._obj.value = 1
@@ -69,6 +73,8 @@ class FakeLib:
             self.dll.descs[obj][2][attr] = value.value
         elif fn == "layout":
             self.dll.layouts[obj][4][attr] = value.value
+        else:
+            self.dll.prefs[obj][attr] = value.value
 
 
 @pytest.fixture
@@ -225,3 +231,172 @@ def test_sm90_scales_registered_from_cublaslt_12_9(fake, monkeypatch):
         plugin.pygpukit_register_ops(registry)
         assert ("scaled_mm", "cublaslt_fp8") in registry.impls
         assert (("scaled_mm", "cublaslt_fp8_sm90") in registry.impls) == present
+
+
+def test_epilogue_and_c_plumbing(fake):
+    # cublasLtEpilogue_t in cublasLt.h (cuBLAS 12.x to 13.x)
+    assert (cl.EPILOGUE_DEFAULT, cl.EPILOGUE_RELU, cl.EPILOGUE_BIAS, cl.EPILOGUE_RELU_BIAS) == (1, 2, 4, 6)
+    assert (cl.EPILOGUE_GELU, cl.EPILOGUE_GELU_BIAS) == (32, 36)
+    x = gp.from_numpy(np.ones((5, 8), np.float32))
+    wt = gp.from_numpy(np.ones((6, 8), np.float32)).T
+    bias = gp.ones((6,), gp.float32)
+    res = gp.from_numpy(np.ones(31, np.float32))[1:].reshape(5, 6)  # contiguous, 4 bytes past a pool block
+    descs = {}
+    for epi, with_bias, c in itertools.product((cl.EPILOGUE_DEFAULT, cl.EPILOGUE_RELU, cl.EPILOGUE_GELU), (False, True), (None, res)):
+        call = cl.prepare(x, wt, (), 5, 6, 8, (5, 6), with_bias, epilogue=epi, c=c)
+        out = call(x.data_ptr, wt.data_ptr, bias.data_ptr if with_bias else 0, c_ptr=0 if c is None else c.data_ptr)
+        args = fake.dll.matmuls[-1]
+        desc, beta, pc, lc, pd, ld = args[1], args[7], args[8], args[9], args[10], args[11]
+        descs[epi, with_bias, c is not None] = desc
+        attrs = fake.dll.descs[desc][2]
+        want = {(cl.EPILOGUE_DEFAULT, True): cl.EPILOGUE_BIAS, (cl.EPILOGUE_RELU, True): cl.EPILOGUE_RELU_BIAS}
+        want[cl.EPILOGUE_GELU, True] = cl.EPILOGUE_GELU_BIAS
+        if epi == cl.EPILOGUE_DEFAULT and not with_bias:
+            assert cl.DESC_EPILOGUE not in attrs  # left at its default, as a plain product
+        else:
+            assert attrs[cl.DESC_EPILOGUE] == want.get((epi, with_bias), epi)
+        assert (cl.DESC_BIAS_DATA_TYPE in attrs) == with_bias
+        assert pd == out.data_ptr and ctypes.c_float.from_address(beta).value == (0.0 if c is None else 1.0)
+        heuristic = fake.dll.heuristics[-1]
+        assert heuristic[0] == desc and heuristic[4] == ld
+        if c is None:  # in place: C is D
+            assert (pc, lc) == (pd, ld) and heuristic[3] == ld
+        else:  # out of place: the residual, with a layout of its own of D's shape
+            assert pc == res.data_ptr and lc not in (ld, args[4], args[6]) and heuristic[3] == lc
+            assert fake.dll.layouts[lc][:4] == fake.dll.layouts[ld][:4] == [cl.CUDA_TYPE["float32"], 6, 5, 6]
+            assert fake.dll.prefs[heuristic[5]][cl.PREF_MIN_ALIGNMENT["c"]] == 4
+    assert len(set(descs.values())) == 12  # the epilogue and the C are part of the plan's key
+    # C must be a contiguous array of the result's dtype and size: anything else is for the caller to copy
+    assert cl.prepare(x, wt, (), 5, 6, 8, (5, 6), c=res.astype(gp.float64)) is None
+    assert cl.prepare(x, wt, (), 5, 6, 8, (5, 6), c=gp.from_numpy(np.ones((6, 5), np.float32)).T) is None
+
+
+# cudaDataType -> NumPy, for the computing fake
+_NP_TYPE = {code: np.dtype(getattr(gp, name)) for name, code in cl.CUDA_TYPE.items() if not name.startswith("float8")}
+
+
+class ComputingDll(FakeDll):
+    """A fake cuBLASLt that also computes, as its documentation says:
+    D = epilogue(alpha * op(A) @ op(B) + beta * C (+ bias)), the activation
+    after C, GELU the tanh approximation, in float64 from host memory (the CPU
+    backend's pointers are host addresses)."""
+
+    @staticmethod
+    def _matrix(ptr, layout):
+        code, rows, cols, ld, attrs = layout
+        assert cl.LAYOUT_BATCH_COUNT not in attrs  # single products only
+        dt = _NP_TYPE[code]
+        buf = (ctypes.c_char * (((cols - 1) * ld + rows) * dt.itemsize)).from_address(ptr)
+        return np.ndarray((rows, cols), dt, buf, strides=(dt.itemsize, ld * dt.itemsize))
+
+    def cublasLtMatmul(self, handle, desc, alpha, a, la, b, lb, beta, c, lc, d, ld, *rest):
+        super().cublasLtMatmul(handle, desc, alpha, a, la, b, lb, beta, c, lc, d, ld, *rest)
+        compute, _, attrs = self.descs[desc]
+        scalar = ctypes.c_double if compute == cl.COMPUTE_64F else ctypes.c_float
+        op = {cl.OP_N: lambda m: m, cl.OP_T: lambda m: m.T}
+        A = op[attrs.get(cl.DESC_TRANSA, cl.OP_N)](self._matrix(a, self.layouts[la]).astype(np.float64))
+        B = op[attrs.get(cl.DESC_TRANSB, cl.OP_N)](self._matrix(b, self.layouts[lb]).astype(np.float64))
+        acc = scalar.from_address(alpha).value * (A @ B)
+        if scalar.from_address(beta).value:
+            acc += scalar.from_address(beta).value * self._matrix(c, self.layouts[lc]).astype(np.float64)
+        epi = attrs.get(cl.DESC_EPILOGUE, cl.EPILOGUE_DEFAULT)
+        if epi & cl.EPILOGUE_BIAS:
+            dt = _NP_TYPE[attrs[cl.DESC_BIAS_DATA_TYPE]]
+            bias = np.frombuffer((ctypes.c_char * (acc.shape[0] * dt.itemsize)).from_address(attrs[cl.DESC_BIAS_POINTER]), dt)
+            acc += bias.astype(np.float64)[:, None]  # the bias runs along D's rows, our columns
+        if epi & cl.EPILOGUE_RELU:
+            acc = np.maximum(acc, 0)
+        if epi & cl.EPILOGUE_GELU:
+            acc = 0.5 * acc * (1 + np.tanh(np.sqrt(2 / np.pi) * (acc + 0.044715 * acc**3)))
+        out = self._matrix(d, self.layouts[ld])
+        out[...] = acc.astype(out.dtype)
+        return 0
+
+
+@pytest.fixture
+def computing(fake, monkeypatch):
+    from pygpukit_gemm import epilogue
+
+    if gp.backend() == "cuda":
+        pytest.skip("the computing fake reads operands through host pointers (CPU backend)")
+    fake.dll = ComputingDll()
+    monkeypatch.setattr(epilogue, "_prepared", {})
+    return fake
+
+
+def _act64(y, activation):
+    from math import erf
+
+    return {
+        None: lambda v: v,
+        "relu": lambda v: np.maximum(v, 0),
+        "gelu": lambda v: 0.5 * v * (1 + np.vectorize(erf)(v / np.sqrt(2))),
+        "gelu_tanh": lambda v: 0.5 * v * (1 + np.tanh(np.sqrt(2 / np.pi) * (v + 0.044715 * v**3))),
+        "silu": lambda v: v / (1 + np.exp(-v)),
+    }[activation](y)
+
+
+@pytest.mark.parametrize("activation", [None, "relu", "gelu", "gelu_tanh", "silu"], ids=str)
+def test_fused_linear_on_the_computing_fake(computing, rng, activation):
+    """epilogue.fused_linear's cuBLASLt path, with cuBLASLt's documented
+    semantics: what it fuses and what it leaves to core's ops give
+    act(x @ w.T + b) + r, for every combination."""
+    from pygpukit_gemm import epilogue
+
+    x, w = rng.standard_normal((2, 3, 24)).astype(np.float32), rng.standard_normal((10, 24)).astype(np.float32)
+    b, r = rng.standard_normal(10).astype(np.float32), rng.standard_normal((2, 3, 10)).astype(np.float32)
+    gx, gw, gb, gr = map(gp.from_numpy, (x, w, b, r))
+    lt_epi = {None: cl.EPILOGUE_DEFAULT, "relu": cl.EPILOGUE_RELU, "gelu_tanh": cl.EPILOGUE_GELU}.get(activation, cl.EPILOGUE_DEFAULT)
+    for with_bias, with_res in itertools.product((False, True), repeat=2):
+        ref = _act64(x.astype(np.float64) @ w.T.astype(np.float64) + (b if with_bias else 0), activation) + (r if with_res else 0)
+        args = (gb if with_bias else None,)
+        kwargs = {"activation": activation, "residual": gr if with_res else None}
+        for _ in range(2):  # the first call prepares, the second takes the prepared product
+            got = epilogue.fused_linear(gx, gw, *args, **kwargs).to_numpy()
+            assert got.shape == (2, 3, 10) and got.dtype == np.float32
+            assert np.max(np.abs(got - ref)) / np.max(np.abs(ref)) < 1e-5
+        matmul = computing.dll.matmuls[-1]
+        attrs = computing.dll.descs[matmul[1]][2]
+        with_bias_epi = {
+            cl.EPILOGUE_DEFAULT: cl.EPILOGUE_BIAS,
+            cl.EPILOGUE_RELU: cl.EPILOGUE_RELU_BIAS,
+            cl.EPILOGUE_GELU: cl.EPILOGUE_GELU_BIAS,
+        }
+        assert attrs.get(cl.DESC_EPILOGUE, cl.EPILOGUE_DEFAULT) == (with_bias_epi[lt_epi] if with_bias else lt_epi)
+        # the residual is C only where no activation follows it
+        assert (matmul[8] == gr.data_ptr) == (with_res and activation is None)
+    assert len(computing.dll.matmuls) == 8  # one library call each
+
+
+def test_fused_linear_copies_and_falls_back_on_the_computing_fake(computing, rng, monkeypatch):
+    from pygpukit_gemm import epilogue
+
+    x = rng.standard_normal((7, 40)).astype(np.float16)
+    w = rng.standard_normal((40, 9)).astype(np.float32)  # w given as a transposed view, of another dtype
+    b, r = rng.standard_normal(9).astype(np.float32), rng.standard_normal((9, 7)).astype(np.float16)
+    gx, gw, gb, gr = gp.from_numpy(x)[:, ::2], gp.from_numpy(w).T, gp.from_numpy(b), gp.from_numpy(r).T
+    x64, w64 = x[:, ::2].astype(np.float64), w.T.astype(np.float64)[:, ::2]
+    ref = x64 @ w64.T + b + r.T.astype(np.float32).astype(np.float64)
+    gw2 = gp.from_numpy(np.ascontiguousarray(w.T[:, ::2]))
+    for _ in range(2):  # strided x, mixed dtypes, a transposed residual: converted on every call
+        got = epilogue.fused_linear(gx, gw2, gb, residual=gr).to_numpy()
+        assert got.dtype == np.float32 and np.max(np.abs(got - ref)) / np.max(np.abs(ref)) < 1e-5
+    assert computing.dll.matmuls[-1][8] != gr.data_ptr  # C is a converted copy
+    assert len(epilogue._prepared) == 1 and next(iter(epilogue._prepared.values())).direct is None
+
+    # a cuBLASLt without an algorithm for an activation epilogue: the plain product, the activation after it
+    heuristic = ComputingDll.cublasLtMatmulAlgoGetHeuristic
+
+    def no_gelu(self, handle, desc, *args):
+        heuristic(self, handle, desc, *args)
+        if self.descs[desc.value][2].get(cl.DESC_EPILOGUE) in (cl.EPILOGUE_GELU, cl.EPILOGUE_GELU_BIAS):
+            args[-1]._obj.value = 0
+        return 0
+
+    monkeypatch.setattr(ComputingDll, "cublasLtMatmulAlgoGetHeuristic", no_gelu)
+    x32 = gp.from_numpy(x.astype(np.float32))
+    got = epilogue.fused_linear(x32, gw, gb, activation="gelu_tanh").to_numpy()
+    ref = _act64(x.astype(np.float64) @ w.astype(np.float64) + b, "gelu_tanh")
+    assert np.max(np.abs(got - ref)) / np.max(np.abs(ref)) < 1e-5
+    assert computing.dll.descs[computing.dll.matmuls[-1][1]][2][cl.DESC_EPILOGUE] == cl.EPILOGUE_BIAS
+    assert gw.data_ptr == computing.dll.matmuls[-1][3]  # w.T of w (9, 40) viewed: read in place

@@ -46,6 +46,9 @@ LAYOUT_BATCH_COUNT, LAYOUT_STRIDED_BATCH_OFFSET = 5, 6
 PREF_MAX_WORKSPACE_BYTES = 1
 PREF_MIN_ALIGNMENT = {"a": 5, "b": 6, "c": 7, "d": 8}
 EPILOGUE_DEFAULT, EPILOGUE_BIAS = 1, 4
+# cublasLtEpilogue_t: the activation applied to alpha*A*B + beta*C (+ bias); GELU is the tanh approximation
+EPILOGUE_RELU, EPILOGUE_RELU_BIAS, EPILOGUE_GELU, EPILOGUE_GELU_BIAS = 2, 6, 32, 36
+_WITH_BIAS = {EPILOGUE_DEFAULT: EPILOGUE_BIAS, EPILOGUE_RELU: EPILOGUE_RELU_BIAS, EPILOGUE_GELU: EPILOGUE_GELU_BIAS}
 OP_N, OP_T = 0, 1
 
 
@@ -191,6 +194,7 @@ class Plan:
     beta: Any
     bias: bool
     scaled: bool  # per-tensor scales of the operands (fp8), device pointers set per call
+    c_layout: int = 0  # C's own layout (D's shape) when beta = 1 adds a C other than D; 0: no C
 
 
 _plans: dict[tuple, Plan] = {}
@@ -212,7 +216,7 @@ def _plan(key: tuple) -> Plan:
 
 
 def _build(key: tuple) -> Plan:
-    (ta, tb, td), compute, la, lb, m, n, batch, aligns, bias, scaled, scale_modes = key
+    (ta, tb, td), compute, la, lb, m, n, batch, aligns, bias, scaled, scale_modes, epilogue, c = key
     lib, d = library(), library().dll
     vp = ctypes.c_void_p
     scale = CUDA_TYPE["float64"] if compute == COMPUTE_64F else CUDA_TYPE["float32"]
@@ -221,8 +225,10 @@ def _build(key: tuple) -> Plan:
     # cuBLASLt's A is our b (its stored layout lb), its B our a
     lib.set_attr(d.cublasLtMatmulDescSetAttribute, desc.value, DESC_TRANSA, ctypes.c_int32(lb.op), "set TRANSA")
     lib.set_attr(d.cublasLtMatmulDescSetAttribute, desc.value, DESC_TRANSB, ctypes.c_int32(la.op), "set TRANSB")
+    if bias or epilogue != EPILOGUE_DEFAULT:
+        epi = _WITH_BIAS[epilogue] if bias else epilogue
+        lib.set_attr(d.cublasLtMatmulDescSetAttribute, desc.value, DESC_EPILOGUE, ctypes.c_int32(epi), "set EPILOGUE")
     if bias:
-        lib.set_attr(d.cublasLtMatmulDescSetAttribute, desc.value, DESC_EPILOGUE, ctypes.c_int32(EPILOGUE_BIAS), "set EPILOGUE")
         lib.set_attr(d.cublasLtMatmulDescSetAttribute, desc.value, DESC_BIAS_DATA_TYPE, ctypes.c_int32(CUDA_TYPE[td]), "set BIAS_DATA_TYPE")
     if scaled:
         lib.set_attr(d.cublasLtMatmulDescSetAttribute, desc.value, DESC_FAST_ACCUM, ctypes.c_int8(0), "set FAST_ACCUM")
@@ -235,6 +241,7 @@ def _build(key: tuple) -> Plan:
         ("A", tb, (lb.rows, lb.cols, lb.ld, lb.batch_stride)),
         ("B", ta, (la.rows, la.cols, la.ld, la.batch_stride)),
         ("D", td, (n, m, n, m * n)),
+        *((("C", td, (n, m, n, m * n)),) if c else ()),  # out of place: C's own layout, D's shape
     ):
         h = vp()
         lib.check(d.cublasLtMatrixLayoutCreate(ctypes.byref(h), CUDA_TYPE[dtype], rows, cols, ld), f"cublasLtMatrixLayoutCreate ({lay})")
@@ -244,6 +251,7 @@ def _build(key: tuple) -> Plan:
                 d.cublasLtMatrixLayoutSetAttribute, h.value, LAYOUT_STRIDED_BATCH_OFFSET, ctypes.c_int64(bstride), "set BATCH_OFFSET"
             )
         layouts.append(h.value)
+    c_layout = (layouts[3] or 0) if c else 0  # handles are never NULL once created
     pref = vp()
     lib.check(d.cublasLtMatmulPreferenceCreate(ctypes.byref(pref)), "cublasLtMatmulPreferenceCreate")
     try:
@@ -261,7 +269,7 @@ def _build(key: tuple) -> Plan:
         result = _HeuristicResult()
         count = ctypes.c_int(0)
         lib.check(
-            d.cublasLtMatmulAlgoGetHeuristic(lib.handle, desc, layouts[0], layouts[1], layouts[2], layouts[2], pref, 1, ctypes.byref(result), ctypes.byref(count)),
+            d.cublasLtMatmulAlgoGetHeuristic(lib.handle, desc, layouts[0], layouts[1], c_layout or layouts[2], layouts[2], pref, 1, ctypes.byref(result), ctypes.byref(count)),
             "cublasLtMatmulAlgoGetHeuristic",
         )  # fmt: skip
     finally:
@@ -269,7 +277,8 @@ def _build(key: tuple) -> Plan:
     if count.value < 1 or result.state != 0:
         raise CublasLtError(f"cuBLASLt has no algorithm for {ta} @ {tb} -> {td} ({m}x{n}, batch {batch}) with these layouts and alignments")
     ct = ctypes.c_double if compute == COMPUTE_64F else ctypes.c_float
-    return Plan(desc.value, (layouts[0], layouts[1], layouts[2]), result.algo, int(result.workspace_size), ct(1.0), ct(0.0), bias, scaled)
+    ws, beta = int(result.workspace_size), ct(1.0 if c else 0.0)
+    return Plan(desc.value, (layouts[0], layouts[1], layouts[2]), result.algo, ws, ct(1.0), beta, bias, scaled, c_layout)
 
 
 def compute_type(dtype: np.dtype) -> int:
@@ -292,7 +301,10 @@ class Prepared:
         self._plan, self._fn, self.out_shape, self.dtype = plan, lib.dll.cublasLtMatmul, out_shape, dtype
         self._args = (lib.handle, plan.desc, ctypes.addressof(plan.alpha), ctypes.addressof(plan.beta), ctypes.addressof(plan.algo))
 
-    def __call__(self, a_ptr: int, b_ptr: int, bias_ptr: int = 0, scale_a_ptr: int = 0, scale_b_ptr: int = 0) -> gp.GPUArray:
+    def __call__(
+        self, a_ptr: int, b_ptr: int, bias_ptr: int = 0, scale_a_ptr: int = 0, scale_b_ptr: int = 0, c_ptr: int = 0
+    ) -> gp.GPUArray:
+        """The product into a new array; ``c_ptr``: the C that a plan with one adds (beta 1)."""
         handle, desc, alpha, beta, algo = self._args
         plan = self._plan
         la, lb, ld = plan.layouts
@@ -309,8 +321,8 @@ class Prepared:
             a_ptr,
             lb,
             beta,
-            ptr,
-            ld,
+            c_ptr if plan.c_layout else ptr,
+            plan.c_layout or ld,
             ptr,
             ld,
             algo,
@@ -350,21 +362,31 @@ def prepare(
     out_dtype: np.dtype | None = None,
     scaled: bool = False,
     scale_modes: tuple[int, int] = (SCALE_SCALAR_32F, SCALE_SCALAR_32F),
+    epilogue: int = EPILOGUE_DEFAULT,
+    c: gp.GPUArray | None = None,
 ) -> Prepared | None:
     """A Prepared product for operands like ``a`` (*batch, m, k) and ``b`` (*batch,
     k, n), writing a contiguous result of ``out_shape`` (the (*batch, m, n)
     elements) in ``out_dtype`` (default: the operands' dtype, which must then be
     one); None when an operand needs a copy first or the product is empty.
     ``scaled``: fp8 operands with float32 scales, read as ``scale_modes`` (the
-    cuBLASLt modes of a's and b's scales; per tensor by default)."""
+    cuBLASLt modes of a's and b's scales; per tensor by default). ``epilogue``:
+    EPILOGUE_DEFAULT, _RELU or _GELU (with the bias when ``bias``), applied to the
+    sum. ``c``: an array like the result (contiguous, of the output dtype) whose
+    pointer the call takes, added with beta = 1 before the epilogue; None is
+    returned for any other."""
     dt = a.dtype if out_dtype is None else out_dtype
     la = operand_layout(a.shape, a.strides, a.itemsize)
     lb = operand_layout(b.shape, b.strides, b.itemsize)
     if la is None or lb is None or (out_dtype is None and b.dtype != dt) or math.prod(out_shape) == 0 or k == 0:
         return None
-    aligns = (_alignment(b.data_ptr), _alignment(a.data_ptr), 256, 256)  # pool blocks are 512-byte aligned
+    if c is not None and (c.dtype != dt or not c.is_contiguous or c.size != math.prod(out_shape)):
+        return None
+    c_align = 256 if c is None else _alignment(c.data_ptr)
+    aligns = (_alignment(b.data_ptr), _alignment(a.data_ptr), c_align, 256)  # pool blocks are 512-byte aligned
     compute = COMPUTE_32F if scaled else compute_type(dt)
-    key = ((a.dtype.name, b.dtype.name, dt.name), compute, la, lb, m, n, math.prod(batch), aligns, bias, scaled, scale_modes)
+    fuse = (epilogue, c is not None)
+    key = ((a.dtype.name, b.dtype.name, dt.name), compute, la, lb, m, n, math.prod(batch), aligns, bias, scaled, scale_modes, *fuse)
     return Prepared(_plan(key), out_shape, dt)
 
 

@@ -112,6 +112,8 @@ def _register_tensor_cores(registry: Any) -> None:
 
 @hookimpl
 def pygpukit_register_ops(registry: Any) -> None:
+    from . import epilogue
+
     if gp.backend() == "cuda":
         try:
             lib = cublaslt.library()
@@ -120,9 +122,11 @@ def pygpukit_register_ops(registry: Any) -> None:
             _status["cublaslt"] = f"unavailable: {e}"
     registry.define("scaled_mm", nkey=2, doc=scaled.__doc__ or "")
     registry.define("qlinear", nkey=1, doc=quant.__doc__ or "")
+    registry.define("fused_linear", nkey=2, doc=epilogue.__doc__ or "")
     for backend in ("cuda", "cpu"):
         registry.register("scaled_mm", scaled.reference, backend=backend, name="reference")
         registry.register("qlinear", quant.reference, backend=backend, name="reference")
+        registry.register("fused_linear", epilogue.reference, backend=backend, name="reference")
     registry.register(
         "qlinear", quant.qlinear_gemv, backend="cuda", dtypes=["bfloat16", "float16", "float32"], min_sm=80, priority=PRIORITY,
         predicate=quant.decode_rows, name="gemv_q",
@@ -130,7 +134,7 @@ def pygpukit_register_ops(registry: Any) -> None:
     _register_tensor_cores(registry)
     if gp.backend() == "cuda" and _status["cublaslt"].startswith("unavailable"):
         return
-    for op, fn in (("matmul", matmul), ("linear", linear)):
+    for op, fn in (("matmul", matmul), ("linear", linear), ("fused_linear", epilogue.fused_linear)):
         registry.register(op, fn, backend="cuda", dtypes=["float16", "float32", "float64"], priority=PRIORITY, name="cublaslt")
         registry.register(op, fn, backend="cuda", dtypes=["bfloat16"], min_sm=80, priority=PRIORITY, name="cublaslt_bf16")
     registry.register(
