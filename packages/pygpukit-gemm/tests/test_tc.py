@@ -207,7 +207,9 @@ def test_fused_linear_epilogues(rng, dtype, activation):
         "silu": lambda v: v / (1 + np.exp(-v)),
     }[activation]
     g = [gp.from_numpy(v.astype(dtype)) for v in (x, w, b, r)]
-    got = tc.fused_linear(g[0], g[1], g[2], activation=activation, residual=g[3])
+    with gp.routing(fused_linear="gemm:mma"):
+        assert gp.ops.which("fused_linear", g[0], g[1]) == "gemm:mma"
+        got = gp.ops.fused_linear(g[0], g[1], g[2], activation=activation, residual=g[3])
     assert got.shape == (2, 37, 130)
     assert _rel(got.to_numpy(), act(y) + r) < TOL
     plain = tc.fused_linear(g[0], g[1], activation=activation)

@@ -41,7 +41,6 @@ DESC_A_SCALE_MODE, DESC_B_SCALE_MODE = 31, 32
 # cublasLtMatmulMatrixScale_t (float32 scales): one per tensor; a vector along the
 # outer dimension (our rows of a, columns of b); per 128 elements along K; per 128x128 block
 SCALE_SCALAR_32F, SCALE_OUTER_VEC_32F, SCALE_VEC128_32F, SCALE_BLK128X128_32F = 0, 3, 4, 5
-SCALE_MODES_VERSION = 120900  # cuBLASLt 12.9 brought the outer-vector and 128-block modes (SM 90 only)
 LAYOUT_BATCH_COUNT, LAYOUT_STRIDED_BATCH_OFFSET = 5, 6
 PREF_MAX_WORKSPACE_BYTES = 1
 PREF_MIN_ALIGNMENT = {"a": 5, "b": 6, "c": 7, "d": 8}

@@ -80,10 +80,11 @@ def reference(x: Any, w: Any, bias: Any = None, *, activation: str | None = None
     act = check(x, w, bias, activation, residual)
     dt = gp.result_type(x.dtype, w.dtype)
     y = gp.linear(x.astype(dt, copy=False), w.astype(dt, copy=False), None if bias is None else bias.astype(dt, copy=False))
-    return _finish(y, act, residual)
+    return finish(y, act, residual)
 
 
-def _finish(y: gp.GPUArray, act: str | None, residual: Any) -> gp.GPUArray:
+def finish(y: gp.GPUArray, act: str | None, residual: Any) -> gp.GPUArray:
+    """The activation and the residual, in place on y (the parts no kernel fused)."""
     if act is not None:
         _UFUNC[act](y, out=y)
     if residual is not None:
@@ -165,7 +166,7 @@ class _Fused:
             out = self._prepare(x2, wt, b, r)(
                 x2.data_ptr, wt.data_ptr, 0 if b is None else b.data_ptr, c_ptr=0 if r is None else r.data_ptr
             )
-        return _finish(out, f.after, residual if f.add_residual else None)
+        return finish(out, f.after, residual if f.add_residual else None)
 
 
 # by call signature: shapes, strides, dtypes and pointer alignments of the

@@ -14,7 +14,7 @@ import pygpukit as gp
 from pygpukit.linalg import get_matmul_precision, linear_shapes, matmul_shapes
 from pygpukit.plugins import PluginInfo, hookimpl
 
-from . import __version__, cublaslt, gemv, grouped, quant, scaled, tc
+from . import __version__, cublaslt, epilogue, gemv, grouped, quant, scaled, tc
 
 PRIORITY = 10
 TC_PRIORITY = 5  # the own tensor-core GEMM: above core's kernel, below cuBLASLt
@@ -105,6 +105,7 @@ def _register_tensor_cores(registry: Any) -> None:
     half = {"backend": "cuda", "dtypes": ["bfloat16", "float16"], "min_sm": 80, "name": "mma"}
     registry.register("matmul", tc.matmul, priority=TC_PRIORITY, predicate=tc.same_dtype, **half)
     registry.register("linear", tc.linear, priority=TC_PRIORITY, predicate=tc.same_dtype, **half)
+    registry.register("fused_linear", tc.fused_linear, priority=TC_PRIORITY, predicate=tc.same_dtype, **half)
     registry.register("linear", gemv.linear, priority=GEMV_PRIORITY, predicate=gemv.decode_linear, **{**half, "name": "gemv"})
     registry.register("grouped_linear", grouped.grouped_linear, priority=PRIORITY, predicate=grouped.kernel_dtypes, **half)
     registry.register("grouped_linear_masked", grouped.grouped_linear_masked, priority=PRIORITY, predicate=grouped.kernel_dtypes, **half)
@@ -112,8 +113,6 @@ def _register_tensor_cores(registry: Any) -> None:
 
 @hookimpl
 def pygpukit_register_ops(registry: Any) -> None:
-    from . import epilogue
-
     if gp.backend() == "cuda":
         try:
             lib = cublaslt.library()
@@ -141,8 +140,6 @@ def pygpukit_register_ops(registry: Any) -> None:
         "scaled_mm", scaled.scaled_mm, backend="cuda", dtypes=scaled.FP8, min_sm=89, priority=PRIORITY,
         predicate=scaled.fits_tensor_cores, name="cublaslt_fp8",
     )  # fmt: skip
-    if gp.backend() != "cuda" or cublaslt.library().version >= cublaslt.SCALE_MODES_VERSION:  # row-wise and block scales
-        registry.register(
-            "scaled_mm", scaled.scaled_mm, backend="cuda", dtypes=scaled.FP8, min_sm=90, priority=PRIORITY,
-            predicate=scaled.fits_sm90_scales, name="cublaslt_fp8_sm90",
-        )  # fmt: skip
+    # Row-wise and block scales stay with the reference: cuBLASLt 13.1 on an H100
+    # rejected every descriptor with those scale modes (cublasStatus 7 from the
+    # heuristic, with and without fast accumulation), see docs/gemm.md.

@@ -33,7 +33,6 @@ from typing import Any
 import numpy as np
 
 import pygpukit as gp
-from pygpukit import _runtime
 
 from . import cublaslt
 from .fp8 import expand_scale
@@ -125,20 +124,6 @@ def _tensor_core_shapes(a: Any, b: Any) -> bool:
 def fits_tensor_cores(a: Any, b: Any, scale_a: Any = None, scale_b: Any = None, *args: Any, **kwargs: Any) -> bool:
     """What cuBLASLt's per-tensor fp8 path takes: k and n multiples of 16, not e5m2 with e5m2."""
     return scale_mode(a, b, scale_a, scale_b) == "tensor" and _tensor_core_shapes(a, b)
-
-
-def _sm() -> int:
-    return _runtime.get().sm
-
-
-def fits_sm90_scales(a: Any, b: Any, scale_a: Any = None, scale_b: Any = None, *args: Any, **kwargs: Any) -> bool:
-    """What cuBLASLt's row-wise and block-scaled fp8 path takes: SM 90 (the only
-    architecture with these modes), k and n multiples of 16, not e5m2 with
-    e5m2; block scales also need m (and n) to be multiples of 4."""
-    mode = scale_mode(a, b, scale_a, scale_b)
-    if mode not in ("row", "block") or _sm() != 90 or not _tensor_core_shapes(a, b):
-        return False
-    return mode == "row" or a.shape[0] % 4 == 0
 
 
 def _aligned(x: gp.GPUArray) -> gp.GPUArray:  # one contiguous run from a 16-byte boundary, as cuBLASLt reads scales

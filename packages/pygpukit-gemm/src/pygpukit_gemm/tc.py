@@ -34,6 +34,7 @@ from pygpukit import _runtime
 from pygpukit.linalg import linear_shapes, matmul_shapes
 from pygpukit.streams import current_stream_handle
 
+from . import epilogue
 from .cublaslt import OP_N, operand_layout
 
 DTYPES = (np.dtype(gp.bfloat16), np.dtype(gp.float16))
@@ -263,8 +264,7 @@ def gemm(
         return out
     if k == 0:  # an empty sum: the epilogue of zeros
         acc = gp.zeros((*batch, m, n), gp.float32) + (0 if bias is None else bias.astype(gp.float32))
-        acc = _activate(acc, activation)
-        out[...] = acc if residual is None else acc + residual.astype(gp.float32)
+        out[...] = epilogue.finish(acc, activation, residual)
         return out
     rt = _runtime.get()
     cfg = config or choose(m, n, nb, rt.props["multiprocessor_count"], rt.sm == 90 and m > WGMMA_MIN_M)
@@ -288,12 +288,6 @@ def gemm(
     return out
 
 
-def _activate(y: gp.GPUArray, activation: str | None) -> gp.GPUArray:
-    if activation is None:
-        return y
-    return {"relu": gp.relu, "silu": gp.silu, "gelu": gp.gelu, "gelu_tanh": gp.gelu_tanh}[activation](y)
-
-
 def same_dtype(a: Any, b: Any, *args: Any, **kwargs: Any) -> bool:
     """Predicate: both operands of one dtype (mixed ones promote, elsewhere)."""
     return a.dtype == b.dtype
@@ -307,17 +301,17 @@ def matmul(a: Any, b: Any) -> gp.GPUArray:
 
 def linear(x: Any, w: Any, bias: Any = None) -> gp.GPUArray:
     """``x @ w.T + bias``, the bias added in the kernel's epilogue."""
-    return fused_linear(x, w, bias)
+    n = linear_shapes(x, w, bias)
+    x2 = x.reshape(-1, x.shape[-1])
+    return gemm(x2, w.T, (), x2.shape[0], n, x.shape[-1], bias).reshape(*x.shape[:-1], n)
 
 
 def fused_linear(x: Any, w: Any, bias: Any = None, *, activation: str | None = None, residual: Any = None) -> gp.GPUArray:
-    """``act(x @ w.T + bias) + residual`` in one kernel."""
-    n = linear_shapes(x, w, bias)
-    if activation not in ACTIVATIONS:
-        raise ValueError(f"fused_linear: activation must be one of {list(ACTIVATIONS)}, got {activation!r}")
+    """``act(x @ w.T + bias) + residual`` in one kernel (the checks and
+    semantics of ``gp.ops.fused_linear``, epilogue.py)."""
+    act = epilogue.check(x, w, bias, activation, residual)
+    n = w.shape[0]
     lead, k = x.shape[:-1], x.shape[-1]
-    if residual is not None and (not isinstance(residual, gp.GPUArray) or residual.shape != (*lead, n)):
-        raise ValueError(f"fused_linear: residual must be a GPUArray of the output's shape {(*lead, n)}")
     x2 = x.reshape(-1, k)
     res = None if residual is None else residual.reshape(-1, n)
-    return gemm(x2, w.T, (), x2.shape[0], n, k, bias, activation, res).reshape(*lead, n)
+    return gemm(x2, w.T, (), x2.shape[0], n, k, bias, act, res).reshape(*lead, n)
