@@ -56,6 +56,14 @@ def test_dtypes_backend_and_sm_filter(reg):
     assert op(b, b) == "any"
 
 
+def test_which_names_the_entry_when_one_function_serves_several(reg):
+    reg.define("thing", nkey=1)
+    fn = _tagged("shared")
+    reg.register("thing", fn, backend=HERE, dtypes=[np.float32], name="f32", plugin="p")
+    reg.register("thing", fn, backend=HERE, dtypes=[gp.bfloat16], name="bf16", plugin="p")
+    assert reg.which("thing", _arr(np.float32)) == "p:f32" and reg.which("thing", _arr(gp.bfloat16)) == "p:bf16"
+
+
 def test_predicate_is_tried_on_each_call(reg):
     op = reg.define("thing", nkey=1)
     reg.register("thing", _tagged("general"), backend=HERE)

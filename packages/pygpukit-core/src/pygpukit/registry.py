@@ -327,14 +327,18 @@ class OpRegistry:
                 entry.cache[key[0] if entry.nkey == 1 else key] = fn
         return fn
 
-    def _resolve(self, entry: _Op, key: tuple[Any, ...]) -> Callable[..., Any]:
+    def _fits(self, entry: _Op, key: tuple[Any, ...]) -> list[Impl]:
+        """The implementations that take ``key`` here, best first (RouteError if none)."""
         route = self._routes.get(entry.name)
-        ranked = self._ranked(entry, route)
-        fits = [i for i in ranked if i.takes(key)]
+        fits = [i for i in self._ranked(entry, route) if i.takes(key)]
         if not fits:
             names = ", ".join(str(k) for k in key)
             where = f"routed to {route!r} (PYGPUKIT_ROUTE or gp.route), which has" if route else "has"
             raise RouteError(f"{entry.name} {where} no implementation for ({names}) on this machine. {self._describe(entry)}")
+        return fits
+
+    def _resolve(self, entry: _Op, key: tuple[Any, ...]) -> Callable[..., Any]:
+        fits = self._fits(entry, key)
         for n, impl in enumerate(fits):
             if impl.predicate is None:
                 return impl.fn if n == 0 else _Chooser(fits[: n + 1])
@@ -381,10 +385,9 @@ class OpRegistry:
         entry = self._entry(op)
         key, _ = _key_of(args, entry.nkey)
         with self._lock:
-            fn = self._resolve(entry, key)
-        if isinstance(fn, _Chooser):
-            return next(i for i in fn.impls if i.predicate is None or i.predicate(*args, **kwargs))
-        return self._owner[id(fn)]
+            fits = self._fits(entry, key)
+        # by the ranked entries, not by function: one function may serve several
+        return next(i for i in fits if i.predicate is None or i.predicate(*args, **kwargs))
 
     def op_names(self) -> list[str]:
         self.ensure_loaded()

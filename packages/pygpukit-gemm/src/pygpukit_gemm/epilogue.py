@@ -138,7 +138,7 @@ class _Fused:
     def _operands(self, x: gp.GPUArray, w: gp.GPUArray, bias: Any, residual: Any) -> tuple[Any, Any, Any, Any]:
         """x as (m, k) and w.T in the result's dtype, readable by cuBLASLt (copied
         where they are not), the bias contiguous, and the residual as C (or None)."""
-        x2 = x.reshape(-1, self.k).astype(self.dt, copy=False)
+        x2 = x.reshape(self.m, self.k).astype(self.dt, copy=False)
         wt = w.astype(self.dt, copy=False).T
         x2 = x2 if cublaslt.operand_layout(x2.shape, x2.strides, x2.itemsize) else x2.copy()
         wt = wt if cublaslt.operand_layout(wt.shape, wt.strides, wt.itemsize) else wt.copy()

@@ -8,6 +8,7 @@ registered and the plugin's description says why; core's kernel serves."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pygpukit as gp
@@ -71,7 +72,7 @@ def _linear_first(x: Any, w: Any, bias: Any) -> gp.GPUArray:
     out_features = linear_shapes(x, w, bias)
     dt = gp.result_type(x.dtype, w.dtype)
     lead, k = x.shape[:-1], x.shape[-1]
-    x2 = x.reshape(-1, k).astype(dt, copy=False)
+    x2 = x.reshape(math.prod(lead), k).astype(dt, copy=False)  # not -1: K may be 0
     wt = w.astype(dt, copy=False).T
     b = None if bias is None else bias.astype(dt, copy=False)
     if b is not None and not b.is_contiguous:

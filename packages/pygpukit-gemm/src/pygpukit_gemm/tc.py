@@ -302,7 +302,7 @@ def matmul(a: Any, b: Any) -> gp.GPUArray:
 def linear(x: Any, w: Any, bias: Any = None) -> gp.GPUArray:
     """``x @ w.T + bias``, the bias added in the kernel's epilogue."""
     n = linear_shapes(x, w, bias)
-    x2 = x.reshape(-1, x.shape[-1])
+    x2 = x.reshape(math.prod(x.shape[:-1]), x.shape[-1])  # not -1: K may be 0
     return gemm(x2, w.T, (), x2.shape[0], n, x.shape[-1], bias).reshape(*x.shape[:-1], n)
 
 
@@ -312,6 +312,6 @@ def fused_linear(x: Any, w: Any, bias: Any = None, *, activation: str | None = N
     act = epilogue.check(x, w, bias, activation, residual)
     n = w.shape[0]
     lead, k = x.shape[:-1], x.shape[-1]
-    x2 = x.reshape(-1, k)
-    res = None if residual is None else residual.reshape(-1, n)
+    x2 = x.reshape(math.prod(lead), k)
+    res = None if residual is None else residual.reshape(x2.shape[0], n)
     return gemm(x2, w.T, (), x2.shape[0], n, k, bias, act, res).reshape(*lead, n)
