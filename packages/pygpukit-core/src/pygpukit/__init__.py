@@ -459,3 +459,16 @@ __all__ = [
     "zeros",
     "zeros_like",
 ]
+
+
+def __getattr__(name: str) -> object:
+    """``gp.nn``: the functional API of the separately installed pygpukit-nn
+    package (``pygpukit_nn.functional``), imported on first use."""
+    if name == "nn":
+        try:
+            from pygpukit_nn import functional
+        except ImportError as e:
+            raise AttributeError("pygpukit.nn needs the pygpukit-nn package: pip install pygpukit-nn") from e
+        globals()["nn"] = functional
+        return functional
+    raise AttributeError(f"module 'pygpukit' has no attribute {name!r}")
