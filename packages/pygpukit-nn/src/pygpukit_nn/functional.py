@@ -4,7 +4,7 @@ route or another plugin can replace any of them."""
 
 from __future__ import annotations
 
-from .activations import gelu, geglu, log_softmax, relu, relu_squared, silu, softmax, swiglu
+from .activations import geglu, gelu, log_softmax, relu, relu_squared, silu, softmax, swiglu
 from .norms import add_layer_norm, add_rms_norm, group_norm, layer_norm, rms_norm
 
 __all__ = [

@@ -175,10 +175,10 @@ def reference_group_norm(x: Any, num_groups: int, weight: Any = None, bias: Any 
 
 @functools.cache
 def _kernel(ct: str, wt: str, vec: int, nv: int, mode: int, resid: bool, has_w: bool, has_b: bool, group: bool) -> Any:
-    b = lambda v: "true" if v else "false"  # noqa: E731
+    flags = ", ".join("true" if f else "false" for f in (resid, has_w, has_b, group))
     return gp.jit(
         _kernels.source("norms"),
-        f"pgk::norm_rows<{ct}, {wt}, {vec}, {nv}, {mode}, {b(resid)}, {b(has_w)}, {b(has_b)}, {b(group)}>",
+        f"pgk::norm_rows<{ct}, {wt}, {vec}, {nv}, {mode}, {flags}>",
         signature="const void* x, long long xs, const void* res, long long rs, void* h, const void* w, const void* b, void* y, "
         "long long rows, int n, int groups, int chan_len, float eps",
         name="norms.cu",
