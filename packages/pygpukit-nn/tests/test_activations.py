@@ -14,8 +14,10 @@ from pygpukit_nn import functional as F
 
 DTYPES = [gp.float32, gp.float16, gp.bfloat16]
 # float32 math, one rounding: half an ulp of the output dtype relative to the
-# largest value, plus float32's exp/erf/tanh errors (a few ulps) for float32.
-TOL = {np.dtype(gp.float32): 1e-6, np.dtype(gp.float16): 1e-3, np.dtype(gp.bfloat16): 8e-3, np.dtype(gp.float64): 1e-13}
+# largest value. float32 outputs also carry the float32 exp/erf/tanh errors,
+# which 1 + erf(x / sqrt(2)) (torch's formula) magnifies by cancellation for
+# x near -3: up to ~2e-5 relative on a lone small output.
+TOL = {np.dtype(gp.float32): 5e-5, np.dtype(gp.float16): 1e-3, np.dtype(gp.bfloat16): 8e-3, np.dtype(gp.float64): 1e-13}
 _erf = np.vectorize(math.erf)
 
 

@@ -105,9 +105,10 @@ def test_errors():
 
 
 def test_launch_shape():
-    assert norms.launch_shape(8192, 8) == (256, 4, 1)  # Llama-3-70B hidden in bf16: 4 x 16 bytes per thread
-    assert norms.launch_shape(4096, 8) == (128, 4, 1)
-    assert norms.launch_shape(128, 8) == (4, 4, 64)  # a head's q/k norm: 64 rows per block
+    assert norms.VECS_PER_THREAD == 2
+    assert norms.launch_shape(8192, 8) == (512, 2, 1)  # Llama-3-70B hidden in bf16: 2 x 16 bytes per thread
+    assert norms.launch_shape(4096, 8) == (256, 2, 1)
+    assert norms.launch_shape(128, 8) == (8, 2, 32)  # a head's q/k norm: 32 rows per block
     assert norms.launch_shape(1, 1) == (1, 1, 256)
     assert norms.launch_shape(100_000, 4) == (1024, 0, 1)  # beyond registers: the re-reading path
 
@@ -138,6 +139,15 @@ def test_kernel_against_float64(rng, dtype, layer, residual):
     # odd widths (scalar and 2-wide vectors), register counts 1..8, the re-reading path, many rows
     for shape in [(1, 1), (3, 7), (5, 64), (9, 130), (2, 4096), (3, 8192), (2, 20000), (2, 70000), (1000, 96)]:
         _check_rows(rng, shape, dtype, layer, residual)
+
+
+@pytest.mark.gpu
+def test_kernel_layer_norm_large_offset(rng):
+    """Rows of 1000 + N(0, 1) in float32: the shifted sums lose nothing to the offset."""
+    x = (1000 + rng.standard_normal((64, 8192))).astype(np.float32).astype(np.float64)
+    for fn in (lambda g: F.layer_norm(g), lambda g: F.add_layer_norm(g, gp.zeros_like(g))[0]):
+        got = fn(gp.from_numpy(x.astype(np.float32))).to_numpy()
+        assert rel_err(got, _np_norm(x, None, None, 1e-5, True)) < 1e-5
 
 
 @pytest.mark.gpu

@@ -22,6 +22,7 @@ from .elementwise import bench_elementwise
 from .graphs import bench_graphs
 from .harness import Recorder, host_time_us, median_time_ms
 from .matmul import bench_matmul, bench_own_gemm
+from .nn_norms import bench_nn_norms
 from .random import bench_random
 from .softmax import bench_softmax
 from .sorting import bench_sorting
@@ -264,5 +265,6 @@ SUITE = {
     "import": bench_import,
     "random": bench_random,
     "softmax": bench_softmax,
+    "nn_norms": bench_nn_norms,
     "sorting": bench_sorting,
 }

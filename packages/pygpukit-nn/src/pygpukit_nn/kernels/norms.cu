@@ -11,8 +11,11 @@
 // mostly from L2.
 //
 // Statistics in float32: RMSNorm y = x * rsqrt(mean(x^2) + eps) * w;
-// LayerNorm y = (x - mean) * rsqrt(mean((x - mean)^2) + eps) * w + b, the
-// variance from the mean-subtracted values (two reductions, no cancellation).
+// LayerNorm y = (x - mean) * rsqrt(var + eps) * w + b with mean and var from
+// one reduction of the sums of d = x - K and d^2, K the row's first value:
+// the shift keeps the sums near the spread of the row, not its offset (a row
+// of 1000 + N(0, 1) loses nothing to cancellation), and one reduction is one
+// barrier per row, which the memory-bound loop cannot hide twice.
 // The fused residual add rounds h = x + residual to T first (h is the new
 // residual stream, as Hugging Face models keep it) and normalizes h; each
 // output is rounded once.
@@ -27,30 +30,26 @@ namespace pgk {
 
 constexpr int kRms = 0, kLayer = 1;
 
-// Sum of v over the threads of this row, in every thread. SLOT gives each
-// call of a kernel its own shared scratch, so two reductions need no barrier
-// between them.
-template <int SLOT>
-__device__ __forceinline__ float row_sum(float v) {
+// Sums of a and b over the threads of this row, in every thread.
+__device__ __forceinline__ void row_sum(float& a, float& b) {
   const int tpr = blockDim.x;
-  for (int off = (tpr < 32 ? tpr : 32) >> 1; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
-  if (tpr > 32) {  // blockDim.y == 1 then
-    __shared__ float part[32];
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    if (lane == 0) part[warp] = v;
-    __syncthreads();
-    v = lane < (tpr >> 5) ? part[lane] : 0.0f;
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+  for (int off = (tpr < 32 ? tpr : 32) >> 1; off > 0; off >>= 1) {
+    a += __shfl_xor_sync(0xffffffffu, a, off);
+    b += __shfl_xor_sync(0xffffffffu, b, off);
   }
-  return v;
-}
-
-// The affine weight (and bias) index of element i of row r.
-template <bool GROUP>
-__device__ __forceinline__ int channel(long long r, int i, int groups, int per_group, int chan_len) {
-  if constexpr (GROUP) return (int)(r % groups) * per_group + i / chan_len;
-  return i;
+  if (tpr > 32) {  // blockDim.y == 1 then
+    __shared__ float pa[32], pb[32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (lane == 0) { pa[warp] = a; pb[warp] = b; }
+    __syncthreads();
+    a = lane < (tpr >> 5) ? pa[lane] : 0.0f;
+    b = lane < (tpr >> 5) ? pb[lane] : 0.0f;
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) {
+      a += __shfl_xor_sync(0xffffffffu, a, off);
+      b += __shfl_xor_sync(0xffffffffu, b, off);
+    }
+  }
 }
 
 template <class T, class W, int VEC, int NV, int MODE, bool RESID, bool HAS_W, bool HAS_B, bool GROUP>
@@ -69,6 +68,12 @@ __global__ void __launch_bounds__(1024) norm_rows(const T* __restrict__ x, long 
   const int nvec = n / VEC;
   const int per_group = GROUP ? n / chan_len : 0;
   const float inv_n = 1.0f / (float)n;
+  // The shift K: the row's first value (h's, with RESID), the same in every thread.
+  float shift = 0.0f;
+  if constexpr (MODE == kLayer) {
+    shift = (float)x[rr * xs];
+    if constexpr (RESID) shift = (float)T(shift + (float)res[rr * rs]);
+  }
 
   // One vector of the row as floats; with RESID, h = T(x + res) is also stored.
   auto load = [&](int k, float (&f)[VEC]) {
@@ -86,84 +91,95 @@ __global__ void __launch_bounds__(1024) norm_rows(const T* __restrict__ x, long 
       for (int j = 0; j < VEC; ++j) f[j] = (float)a.v[j];
     }
   };
-  auto store = [&](int k, const float (&f)[VEC], float mean, float rstd) {
+  // Weights and biases: one vector per output vector (the host aligns them to
+  // VEC elements of W), or one value per vector in GroupNorm (a vector is in one channel).
+  auto store = [&](int k, const float (&f)[VEC], float mean, float rstd) {  // mean: of f - shift
+    float wv[VEC], bv[VEC];
+    if constexpr (GROUP) {
+      const int c = (int)(rr % groups) * per_group + k * VEC / chan_len;
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) {
+        wv[j] = HAS_W ? (float)w[c] : 1.0f;
+        bv[j] = HAS_B ? (float)b[c] : 0.0f;
+      }
+    } else {
+      if constexpr (HAS_W) {
+        const Vec<W, VEC> t = reinterpret_cast<const Vec<W, VEC>*>(w)[k];
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) wv[j] = (float)t.v[j];
+      }
+      if constexpr (HAS_B) {
+        const Vec<W, VEC> t = reinterpret_cast<const Vec<W, VEC>*>(b)[k];
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) bv[j] = (float)t.v[j];
+      }
+    }
     V o;
-    const int c0 = channel<GROUP>(rr, k * VEC, groups, per_group, chan_len);
 #pragma unroll
     for (int j = 0; j < VEC; ++j) {
-      const int c = GROUP ? c0 : c0 + j;
-      float v = (f[j] - mean) * rstd;
-      if constexpr (HAS_W) v *= (float)w[c];
-      if constexpr (HAS_B) v += (float)b[c];
+      float v = ((f[j] - shift) - mean) * rstd;  // f - shift is exact near the row's offset
+      if constexpr (HAS_W) v *= wv[j];
+      if constexpr (HAS_B) v += bv[j];
       o.v[j] = T(v);
     }
     yr[k] = o;
   };
 
+  // The mean of d = v - shift and rstd, from the sums of d and d^2.
+  auto stats = [&](float s1, float s2, float& mean, float& rstd) {
+    row_sum(s1, s2);
+    if constexpr (MODE == kLayer) {
+      mean = s1 * inv_n;
+      rstd = rsqrtf(fmaxf(s2 * inv_n - mean * mean, 0.0f) + eps);
+    } else {
+      mean = 0.0f;
+      rstd = rsqrtf(s2 * inv_n + eps);
+    }
+  };
+
   if constexpr (NV > 0) {
     float v[NV][VEC];
-    float s = 0.0f;
+    float s1 = 0.0f, s2 = 0.0f;
 #pragma unroll
     for (int i = 0; i < NV; ++i) {
       const int k = threadIdx.x + i * tpr;
       if (live && k < nvec) {
         load(k, v[i]);
 #pragma unroll
-        for (int j = 0; j < VEC; ++j) s += MODE == kRms ? v[i][j] * v[i][j] : v[i][j];
-      }
-    }
-    s = row_sum<0>(s);
-    float mean = 0.0f, rstd;
-    if constexpr (MODE == kLayer) {
-      mean = s * inv_n;
-      float q = 0.0f;
-#pragma unroll
-      for (int i = 0; i < NV; ++i) {
-        if (live && threadIdx.x + i * tpr < nvec) {
-#pragma unroll
-          for (int j = 0; j < VEC; ++j) q += (v[i][j] - mean) * (v[i][j] - mean);
+        for (int j = 0; j < VEC; ++j) {
+          const float d = v[i][j] - shift;
+          s1 += d;
+          s2 += d * d;
         }
       }
-      rstd = rsqrtf(row_sum<1>(q) * inv_n + eps);
-    } else {
-      rstd = rsqrtf(s * inv_n + eps);
     }
+    float mean, rstd;
+    stats(s1, s2, mean, rstd);
 #pragma unroll
     for (int i = 0; i < NV; ++i) {
       const int k = threadIdx.x + i * tpr;
       if (live && k < nvec) store(k, v[i], mean, rstd);
     }
   } else {
-    // Long rows: pass 1 reads x (and writes h), later passes read h (or x) again.
+    // Long rows: pass 1 reads x (and writes h), pass 2 reads h (or x) again.
     const V* src = reinterpret_cast<const V*>(RESID ? h_out + rr * n : x + rr * xs);
     float f[VEC];
-    float s = 0.0f;
+    float s1 = 0.0f, s2 = 0.0f;
     for (int k = threadIdx.x; live && k < nvec; k += tpr) {
       load(k, f);
 #pragma unroll
-      for (int j = 0; j < VEC; ++j) s += MODE == kRms ? f[j] * f[j] : f[j];
+      for (int j = 0; j < VEC; ++j) {
+        const float d = f[j] - shift;
+        s1 += d;
+        s2 += d * d;
+      }
     }
-    s = row_sum<0>(s);
-    float mean = 0.0f, rstd;
-    auto read = [&](int k) {
+    float mean, rstd;
+    stats(s1, s2, mean, rstd);
+    for (int k = threadIdx.x; live && k < nvec; k += tpr) {
       const V a = src[k];
 #pragma unroll
       for (int j = 0; j < VEC; ++j) f[j] = (float)a.v[j];
-    };
-    if constexpr (MODE == kLayer) {
-      mean = s * inv_n;
-      float q = 0.0f;
-      for (int k = threadIdx.x; live && k < nvec; k += tpr) {
-        read(k);
-#pragma unroll
-        for (int j = 0; j < VEC; ++j) q += (f[j] - mean) * (f[j] - mean);
-      }
-      rstd = rsqrtf(row_sum<1>(q) * inv_n + eps);
-    } else {
-      rstd = rsqrtf(s * inv_n + eps);
-    }
-    for (int k = threadIdx.x; live && k < nvec; k += tpr) {
-      read(k);
       store(k, f, mean, rstd);
     }
   }
