@@ -23,6 +23,7 @@ from .graphs import bench_graphs
 from .harness import Recorder, host_time_us, median_time_ms
 from .matmul import bench_matmul, bench_own_gemm
 from .nn_norms import bench_nn_norms
+from .nn_rope import bench_nn_rope
 from .random import bench_random
 from .softmax import bench_softmax
 from .sorting import bench_sorting
@@ -266,5 +267,6 @@ SUITE = {
     "random": bench_random,
     "softmax": bench_softmax,
     "nn_norms": bench_nn_norms,
+    "nn_rope": bench_nn_rope,
     "sorting": bench_sorting,
 }

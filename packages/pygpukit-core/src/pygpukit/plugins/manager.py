@@ -13,7 +13,6 @@ import threading
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
-from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
 from .._errors import PluginError
@@ -74,7 +73,7 @@ class ModelRegistrar:
 _lock = threading.RLock()
 _states: dict[str, PluginState] = {}
 _explicit: list[PluginState] = []
-_entry_points: dict[str, metadata.EntryPoint] = {}
+_entry_points: dict[str, Any] = {}  # name -> importlib.metadata.EntryPoint
 _registry: OpRegistry | None = None  # set once the registry has loaded
 _pm: Any = None
 
@@ -102,6 +101,8 @@ def load_all(registry: OpRegistry) -> None:
     with _lock:
         _registry = registry
         off = _disabled_by_env()
+        from importlib import metadata  # 20 ms: only when plugins are first loaded
+
         for ep in sorted(metadata.entry_points(group="pygpukit"), key=lambda e: e.name):
             dist = getattr(ep, "dist", None)
             source = f"entry point {ep.name} = {ep.value}" + (f" ({dist.name} {dist.version})" if dist is not None else "")
