@@ -239,7 +239,11 @@ def bench_jit(rec: Recorder, quick: bool) -> None:
 
 
 def bench_import(rec: Recorder, quick: bool) -> None:
-    reps = 3 if quick else 7
+    """``import pygpukit`` minus an empty interpreter, and the part of it that is
+    pygpukit's own: minus ``import numpy, ml_dtypes``, its dependencies (whose
+    import time depends on the machine: without bytecode caches NumPy alone
+    takes 0.3 s). The three are timed interleaved, so drift hits all alike."""
+    reps = 3 if quick else 9
     env = dict(os.environ)
 
     def run(code: str) -> float:
@@ -247,9 +251,14 @@ def bench_import(rec: Recorder, quick: bool) -> None:
         subprocess.run([sys.executable, "-c", code], check=True, env=env)
         return time.perf_counter() - t0
 
-    base = statistics.median(run("pass") for _ in range(reps))
-    t = statistics.median(run("import pygpukit") for _ in range(reps))
+    times: dict[str, list[float]] = {"pass": [], "import numpy, ml_dtypes": [], "import pygpukit": []}
+    for _ in range(reps):
+        for code, ts in times.items():
+            ts.append(run(code))
+    base, deps, t = (statistics.median(ts) for ts in times.values())
     rec.add("import_pygpukit", "pygpukit", "s", max(t - base, 0.0), False, note="python -c 'import pygpukit' minus an empty interpreter")
+    rec.add("import_pygpukit_own", "pygpukit", "s", max(t - deps, 0.0), False, note="minus 'import numpy, ml_dtypes'")
+    rec.add("import_numpy_ml_dtypes", "pygpukit", "s", max(deps - base, 0.0), False, note="the dependencies alone")
 
 
 SUITE = {
