@@ -5,17 +5,22 @@ route or another plugin can replace any of them."""
 from __future__ import annotations
 
 from .activations import geglu, gelu, log_softmax, relu, relu_squared, silu, softmax, swiglu
+from .conv import adaptive_avg_pool1d, avg_pool1d, conv1d, max_pool1d
 from .embedding import embedding, lm_head
+from .moe import moe_forward, permute, router_topk, unpermute
 from .norms import add_layer_norm, add_rms_norm, group_norm, layer_norm, rms_norm
 from .positional import RotaryEmbedding, alibi_bias, alibi_slopes, apply_rope, rope_cos_sin, rope_frequencies
 
 __all__ = [
     "RotaryEmbedding",
+    "adaptive_avg_pool1d",
     "add_layer_norm",
     "add_rms_norm",
     "alibi_bias",
     "alibi_slopes",
     "apply_rope",
+    "avg_pool1d",
+    "conv1d",
     "embedding",
     "geglu",
     "gelu",
@@ -23,12 +28,17 @@ __all__ = [
     "layer_norm",
     "lm_head",
     "log_softmax",
+    "max_pool1d",
+    "moe_forward",
+    "permute",
     "relu",
     "relu_squared",
     "rms_norm",
     "rope_cos_sin",
     "rope_frequencies",
+    "router_topk",
     "silu",
     "softmax",
     "swiglu",
+    "unpermute",
 ]

@@ -22,6 +22,7 @@ from .elementwise import bench_elementwise
 from .graphs import bench_graphs
 from .harness import Recorder, host_time_us, median_time_ms
 from .matmul import bench_matmul, bench_own_gemm
+from .nn_moe import bench_nn_moe
 from .nn_norms import bench_nn_norms
 from .nn_rope import bench_nn_rope
 from .random import bench_random
@@ -277,5 +278,6 @@ SUITE = {
     "softmax": bench_softmax,
     "nn_norms": bench_nn_norms,
     "nn_rope": bench_nn_rope,
+    "nn_moe": bench_nn_moe,
     "sorting": bench_sorting,
 }
