@@ -449,3 +449,13 @@ def test_errors():
     with pytest.raises(ValueError):
         g.state = {"bit_generator": "Philox4x32-10", "key": 1, "offset": -1}
     assert g.state["offset"] == 0  # nothing was drawn by the failed calls
+
+
+def test_default_generator_is_what_seed_replaces():
+    gp.random.seed(123)
+    g = gp.random.default_generator()
+    assert g is gp.random.default_generator()
+    a = gp.random.rand(8).to_numpy()
+    gp.random.seed(123)
+    assert gp.random.default_generator() is not g
+    np.testing.assert_array_equal(gp.random.rand(8).to_numpy(), a)

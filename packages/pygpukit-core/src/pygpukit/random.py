@@ -397,7 +397,9 @@ def default_rng(seed: Any = None) -> Generator:
 _default: Generator | None = None
 
 
-def _global() -> Generator:
+def default_generator() -> Generator:
+    """The generator behind the module-level functions (``seed`` replaces it);
+    plugins that draw random numbers (sampling) use it when given none."""
     global _default
     if _default is None:
         _default = Generator()
@@ -413,50 +415,51 @@ def seed(seed: Any = None) -> None:
 @on_stream
 def rand(*shape: int, dtype: Any = _dtypes.float32) -> GPUArray:
     """Floats in [0, 1) of the given shape: ``rand(2, 3)``; ``rand()`` is 0-d."""
-    return _global().random(shape, dtype)
+    return default_generator().random(shape, dtype)
 
 
 @on_stream
 def randn(*shape: int, dtype: Any = _dtypes.float32) -> GPUArray:
     """Standard normal values of the given shape: ``randn(2, 3)``."""
-    return _global().standard_normal(shape, dtype)
+    return default_generator().standard_normal(shape, dtype)
 
 
 @on_stream
 def randint(low: Any, high: Any = None, size: Any = None, dtype: Any = _dtypes.int64) -> GPUArray:
     """Integers in [low, high), or [0, low) when high is None."""
-    return _global().integers(low, high, size, dtype)
+    return default_generator().integers(low, high, size, dtype)
 
 
 @on_stream
 def random(size: Any = None, dtype: Any = _dtypes.float32) -> GPUArray:
     """Floats in [0, 1)."""
-    return _global().random(size, dtype)
+    return default_generator().random(size, dtype)
 
 
 @on_stream
 def uniform(low: Any = 0.0, high: Any = 1.0, size: Any = None, dtype: Any = _dtypes.float32) -> GPUArray:
-    return _global().uniform(low, high, size, dtype)
+    return default_generator().uniform(low, high, size, dtype)
 
 
 @on_stream
 def standard_normal(size: Any = None, dtype: Any = _dtypes.float32) -> GPUArray:
-    return _global().standard_normal(size, dtype)
+    return default_generator().standard_normal(size, dtype)
 
 
 @on_stream
 def normal(loc: Any = 0.0, scale: Any = 1.0, size: Any = None, dtype: Any = _dtypes.float32) -> GPUArray:
-    return _global().normal(loc, scale, size, dtype)
+    return default_generator().normal(loc, scale, size, dtype)
 
 
 @on_stream
 def bernoulli(p: Any = 0.5, size: Any = None, dtype: Any = _dtypes.bool_) -> GPUArray:
-    return _global().bernoulli(p, size, dtype)
+    return default_generator().bernoulli(p, size, dtype)
 
 
 __all__ = [
     "Generator",
     "bernoulli",
+    "default_generator",
     "default_rng",
     "normal",
     "rand",

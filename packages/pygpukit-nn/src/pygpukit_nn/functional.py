@@ -10,6 +10,7 @@ from .embedding import embedding, lm_head
 from .moe import moe_forward, permute, router_topk, unpermute
 from .norms import add_layer_norm, add_rms_norm, group_norm, layer_norm, rms_norm
 from .positional import RotaryEmbedding, alibi_bias, alibi_slopes, apply_rope, rope_cos_sin, rope_frequencies
+from .sampling import apply_penalties, sample, token_counts
 
 __all__ = [
     "RotaryEmbedding",
@@ -18,6 +19,7 @@ __all__ = [
     "add_rms_norm",
     "alibi_bias",
     "alibi_slopes",
+    "apply_penalties",
     "apply_rope",
     "avg_pool1d",
     "conv1d",
@@ -37,8 +39,10 @@ __all__ = [
     "rope_cos_sin",
     "rope_frequencies",
     "router_topk",
+    "sample",
     "silu",
     "softmax",
     "swiglu",
+    "token_counts",
     "unpermute",
 ]

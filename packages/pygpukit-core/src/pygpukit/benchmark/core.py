@@ -25,6 +25,7 @@ from .matmul import bench_matmul, bench_own_gemm
 from .nn_moe import bench_nn_moe
 from .nn_norms import bench_nn_norms
 from .nn_rope import bench_nn_rope
+from .nn_sampling import bench_nn_sampling
 from .random import bench_random
 from .softmax import bench_softmax
 from .sorting import bench_sorting
@@ -279,5 +280,6 @@ SUITE = {
     "nn_norms": bench_nn_norms,
     "nn_rope": bench_nn_rope,
     "nn_moe": bench_nn_moe,
+    "nn_sampling": bench_nn_sampling,
     "sorting": bench_sorting,
 }
