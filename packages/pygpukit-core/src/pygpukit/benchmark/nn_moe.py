@@ -19,6 +19,7 @@ On the CPU backend only pygpukit runs, at small sizes."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -107,11 +108,11 @@ def _conv(name: str, mod: Any, c_in: int, c_out: int, length: int) -> Cases:
             conv1d = mod.nn.functional.conv1d
         lout2 = (length + 2 - 3) // 2 + 1
         out[f"conv1d_{c_in}to{c_out}_L{length}_{tag}"] = (
-            lambda x=x, w1=w1, b1=b1, conv1d=conv1d: conv1d(x, w1, b1, 1, 1),
+            functools.partial(conv1d, x, w1, b1, 1, 1),
             2 * c_out * c_in * 3 * length,
         )
         out[f"conv1d_{c_out}to{c_out}_L{length}_s2_{tag}"] = (
-            lambda h=h, w2=w2, b1=b1, conv1d=conv1d: conv1d(h, w2, b1, 2, 1),
+            functools.partial(conv1d, h, w2, b1, 2, 1),
             2 * c_out * c_out * 3 * lout2,
         )
     return out

@@ -7,6 +7,7 @@ The floor is those bytes over the copy rate (the bandwidth suite)."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -24,7 +25,7 @@ def _cases(name: str, mod, side: int, rng) -> dict[str, tuple[Callable[[], objec
     n = side * side * 2  # bytes of one (side, side) bf16 array
     moved = {"rms_norm": 2 * n, "layer_norm": 2 * n, "add_rms_norm": 4 * n, "swiglu": 3 * n, "softmax": 2 * n}
     if name == "pygpukit":
-        nn = gp.nn
+        nn: Any = gp.nn
         gx, gr, ggu, gw = (gp.from_numpy(a.astype(gp.bfloat16)) for a in (x, r, gu, w))
         calls = {
             "rms_norm": lambda: nn.rms_norm(gx, gw, 1e-6),

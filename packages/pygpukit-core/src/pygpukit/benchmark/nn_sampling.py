@@ -9,6 +9,7 @@ the time is mostly the kernel's few dependent passes and the launch."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import numpy as np
@@ -58,16 +59,16 @@ def _cases(name: str, mod, host: np.ndarray) -> dict[str, Callable[[], object]]:
         for dt, tag in ((gp.float32, "f32"), (gp.bfloat16, "bf16")):
             x = gp.from_numpy(host.astype(dt))
             for case, (k, p) in CASES.items():
-                out[f"{case}_{tag}"] = lambda x=x, k=k, p=p: sample(x, top_k=k, top_p=p, generator=gen)
+                out[f"{case}_{tag}"] = functools.partial(sample, x, top_k=k, top_p=p, generator=gen)
     elif name == "torch":
         t32 = mod.from_numpy(host).cuda()
         for t, tag in ((t32, "f32"), (t32.to(mod.bfloat16), "bf16")):
             for case, (k, p) in CASES.items():
-                out[f"{case}_{tag}"] = lambda t=t, k=k, p=p: _torch_sampler(mod, t, k, p)
+                out[f"{case}_{tag}"] = functools.partial(_torch_sampler, mod, t, k, p)
     elif name == "numpy":
         rng = np.random.default_rng(0)
         for case, (k, p) in CASES.items():
-            out[f"{case}_f32"] = lambda k=k, p=p: _numpy_sampler(host, k, p, rng)
+            out[f"{case}_f32"] = functools.partial(_numpy_sampler, host, k, p, rng)
     return out
 
 
