@@ -115,10 +115,10 @@ def test_launch_shape():
 
 def test_kernels_compile(need_nvrtc):
     for ct in ("float", "pgk::half", "pgk::bfloat16"):
-        for case in [(ct, ct, 8 if ct != "float" else 4, 4, 0, False, True, False, False),
-                     (ct, "float", 1, 1, 1, True, True, True, False),
-                     (ct, ct, 2, 0, 1, False, True, True, True),
-                     (ct, ct, 1, 0, 0, True, False, False, False)]:  # fmt: skip
+        for case in [(ct, ct, 8 if ct != "float" else 4, 4, 0, False, True, False, False, 512),
+                     (ct, "float", 1, 1, 1, True, True, True, False, 256),
+                     (ct, ct, 2, 0, 1, False, True, True, True, 1024),
+                     (ct, ct, 1, 0, 0, True, False, False, False, 1024)]:  # fmt: skip
             kern = norms._kernel(*case)
             for sm in (80, 90):
                 assert kern.compile(sm).image[:4] == b"\x7fELF", case

@@ -175,11 +175,11 @@ def reference_group_norm(x: Any, num_groups: int, weight: Any = None, bias: Any 
 
 
 @functools.cache
-def _kernel(ct: str, wt: str, vec: int, nv: int, mode: int, resid: bool, has_w: bool, has_b: bool, group: bool) -> Any:
+def _kernel(ct: str, wt: str, vec: int, nv: int, mode: int, resid: bool, has_w: bool, has_b: bool, group: bool, threads: int) -> Any:
     flags = ", ".join("true" if f else "false" for f in (resid, has_w, has_b, group))
     return gp.jit(
         _kernels.source("norms"),
-        f"pgk::norm_rows<{ct}, {wt}, {vec}, {nv}, {mode}, {flags}>",
+        f"pgk::norm_rows<{ct}, {wt}, {vec}, {nv}, {mode}, {flags}, {threads}>",
         signature="const void* x, long long xs, const void* res, long long rs, void* h, const void* w, const void* b, void* y, "
         "long long rows, int n, int groups, int chan_len, float eps",
         name="norms.cu",
@@ -252,7 +252,7 @@ def _run(op: str, x: Any, res: Any, weight: Any, bias: Any, eps: float, rows: in
     w, b = (a if a is None or a.is_contiguous else a.copy() for a in (w, b))
     tpr, nv, by = launch_shape(n, vec)
     kern = _kernel(_CTYPES[dt], _CTYPES[wdt], vec, nv, 1 if "layer" in op or op == "group_norm" else 0, rv is not None,
-                   w is not None, b is not None, op == "group_norm")  # fmt: skip
+                   w is not None, b is not None, op == "group_norm", tpr * by)  # fmt: skip
     plan = (kern._function(_runtime.get()), tpr, by, rows, n, xs, rs, groups, chan_len)
     if xv is x and rv is res and w is weight and b is bias:
         _plans[key] = plan

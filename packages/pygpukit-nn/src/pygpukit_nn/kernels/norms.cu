@@ -52,8 +52,10 @@ __device__ __forceinline__ void row_sum(float& a, float& b) {
   }
 }
 
-template <class T, class W, int VEC, int NV, int MODE, bool RESID, bool HAS_W, bool HAS_B, bool GROUP>
-__global__ void __launch_bounds__(1024) norm_rows(const T* __restrict__ x, long long xs, const T* __restrict__ res, long long rs,
+// THREADS: the block size the host launches with; bounding the kernel by it
+// (not by 1024) leaves the registers a short block may use unspilled.
+template <class T, class W, int VEC, int NV, int MODE, bool RESID, bool HAS_W, bool HAS_B, bool GROUP, int THREADS>
+__global__ void __launch_bounds__(THREADS) norm_rows(const T* __restrict__ x, long long xs, const T* __restrict__ res, long long rs,
                                                   T* __restrict__ h_out, const W* __restrict__ w, const W* __restrict__ b,
                                                   T* __restrict__ y, long long rows, int n, int groups, int chan_len, float eps) {
   using V = Vec<T, VEC>;

@@ -149,6 +149,26 @@ struct SampleShared {
   unsigned bin, above;
 };
 
+// body(q, nv, x) for each quad of a block's chunk [q0, q1): kSampleBatch quads
+// per thread are loaded before any is used, and a thread meets its elements in
+// increasing index order. (A function template, not a generic lambda: NVRTC
+// 13.0 takes a generic lambda's call operator for a host function.)
+template <class T, bool ALIGNED, class Body>
+__device__ __forceinline__ void sample_sweep(const T* xrow, int q0, int q1, int V, int iters, int tid, const Body& body) {
+  for (int it = 0; it < iters; it += kSampleBatch) {
+    float xs[kSampleBatch][4];
+    int nvs[kSampleBatch];
+#pragma unroll
+    for (int u = 0; u < kSampleBatch; ++u) {
+      const int q = q0 + (it + u) * kSampleThreads + tid;
+      nvs[u] = q < q1 ? min(4, V - 4 * q) : 0;
+      sample_load<T, ALIGNED>(xrow, q, nvs[u], xs[u]);
+    }
+#pragma unroll
+    for (int u = 0; u < kSampleBatch; ++u) body(q0 + (it + u) * kSampleThreads + tid, nvs[u], xs[u]);
+  }
+}
+
 template <class T, bool ALIGNED>
 __global__ void __launch_bounds__(kSampleThreads)
     sample_rows(const T* __restrict__ logits, long long stride, int V, int bpr, int chunk_q, const float* __restrict__ temps,
@@ -244,30 +264,13 @@ __global__ void __launch_bounds__(kSampleThreads)
     __syncthreads();
     ++step;
   };
-  // body(q, nv, x) for each quad of this block's chunk; kSampleBatch quads per
-  // thread are loaded before any is used. A thread meets its elements in
-  // increasing index order.
-  auto sweep = [&](auto&& body) {
-    for (int it = 0; it < iters; it += kSampleBatch) {
-      float xs[kSampleBatch][4];
-      int nvs[kSampleBatch];
-#pragma unroll
-      for (int u = 0; u < kSampleBatch; ++u) {
-        const int q = q0 + (it + u) * kSampleThreads + tid;
-        nvs[u] = q < q1 ? min(4, V - 4 * q) : 0;
-        sample_load<T, ALIGNED>(xrow, q, nvs[u], xs[u]);
-      }
-#pragma unroll
-      for (int u = 0; u < kSampleBatch; ++u) body(q0 + (it + u) * kSampleThreads + tid, nvs[u], xs[u]);
-    }
-  };
   auto finish = [&](int token) {
     if (part == 0 && tid == 0) out[row] = token;
   };
 
   // -- A: the row's max and its lowest index --------------------------------------
   SampleBest mx{-sample_inf(), kNoIndex, -sample_inf()};
-  sweep([&](int q, int nv, const float (&x)[4]) {
+  sample_sweep<T, ALIGNED>(xrow, q0, q1, V, iters, tid, [&](int q, int nv, const float (&x)[4]) {
 #pragma unroll
     for (int j = 0; j < 4; ++j)
       if (j < nv && sample_better(x[j], 4 * q + j, mx.s, mx.i)) mx = SampleBest{x[j], 4 * q + j, x[j]};
@@ -289,7 +292,7 @@ __global__ void __launch_bounds__(kSampleThreads)
       // A thread's run of equal bins is added once: the first digit puts most
       // logits in a few bins, where one atomic per element would serialize.
       unsigned run_bin = 0, run = 0;
-      sweep([&](int, int nv, const float (&x)[4]) {
+      sample_sweep<T, ALIGNED>(xrow, q0, q1, V, iters, tid, [&](int, int nv, const float (&x)[4]) {
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
           if (j >= nv) continue;
@@ -356,7 +359,7 @@ __global__ void __launch_bounds__(kSampleThreads)
   for (int r = 0;; ++r) {
     unsigned long long acc = 0;
     SampleBest bb{-sample_inf(), kNoIndex, -sample_inf()};
-    sweep([&](int q, int nv, const float (&x)[4]) {
+    sample_sweep<T, ALIGNED>(xrow, q0, q1, V, iters, tid, [&](int q, int nv, const float (&x)[4]) {
       float w[4];
       unsigned want = 0;
 #pragma unroll
