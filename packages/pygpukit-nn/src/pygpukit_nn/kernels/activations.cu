@@ -31,7 +31,9 @@ __global__ void act_rows(const T* __restrict__ g, long long gs, const T* __restr
   for (int i = 0; i < kActUnroll; ++i) {
     const long long e = base + (long long)i * blockDim.x;
     if (e < total) {
-      const long long r = e / nvec, k = e - r * nvec;
+      // 32-bit division where it fits: a 64-bit one is a long software sequence
+      const long long r = total < (1ll << 31) ? (long long)((unsigned)e / (unsigned)nvec) : e / nvec;
+      const long long k = e - r * nvec;
       a[i] = reinterpret_cast<const V*>(g + r * gs)[k];
       if constexpr (GATED) b[i] = reinterpret_cast<const V*>(u + r * us)[k];
     }
