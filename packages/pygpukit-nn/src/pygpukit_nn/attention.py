@@ -1,5 +1,448 @@
-"""(being written)"""
+"""Scaled dot-product attention (op ``sdpa``): ``softmax(scale * q k^T + mask) v``
+for prefill, with causal, sliding-window and key-padding masks folded in, and
+grouped-query heads (GQA / MQA).
+
+Layouts: q (B, Hq, Sq, D), k (B, Hkv, Sk, D), v (B, Hkv, Sk, Dv) as
+torch's ``scaled_dot_product_attention`` (``layout="bhsd"``), or (B, S, H, D)
+(``layout="bshd"``, the output of a projection reshaped per head); any
+strided views, no copy needed. Query head h reads KV head h // (Hq / Hkv).
+
+Masks combine (a key is visible only if every mask allows it):
+  - ``causal``: aligned to the bottom right, query i sees keys j <= i + Sk - Sq
+    (a prefill after a cached prefix; torch's ``is_causal`` when Sq == Sk);
+  - ``window=(left, right)``: query i (at position i + Sk - Sq) sees keys
+    within ``left`` before and ``right`` after it, -1 or None for no limit on
+    that side (flash-attn's ``window_size``; Mistral's w-token window is
+    (w - 1, 0));
+  - ``kv_lens`` (B,): sequence b has keys [0, kv_lens[b]) (right padding;
+    values clamped to [0, Sk]); padding keys and values are never read, so
+    they may hold anything;
+  - ``mask``: boolean (True = attend) or additive float, broadcastable to
+    (B, Hq, Sq, Sk).
+A query that sees no key gets zeros (torch gives NaN).
+
+The CUDA kernel (kernels/flash_attn.cu, FlashAttention-2 style on tensor
+cores) serves bfloat16 / float16 with head_dim in HEAD_DIMS, a positive
+scale and no ``mask`` argument; everything else (float32, float64, other
+head dims, explicit masks) goes to the reference: an exact softmax in float32
+(float64 for float64), a block of queries at a time so memory stays bounded.
+The kernel's softmax is online in float32 (base 2, ex2.approx) and P is
+rounded to the input dtype before P V, as in flash-attn; each run is
+deterministic (no atomics, fixed reduction order).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+import struct
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import numpy as np
+
+import pygpukit as gp
+from pygpukit import _runtime
+from pygpukit.streams import current_stream_handle
+
+from . import _dispatch, _kernels
+
+FLOATS = (np.dtype(gp.float16), np.dtype(gp.bfloat16), np.dtype(gp.float32), np.dtype(gp.float64))
+HALF = (np.dtype(gp.bfloat16), np.dtype(gp.float16))
+_CTYPES = {np.dtype(gp.bfloat16): "pgk::bfloat16", np.dtype(gp.float16): "pgk::half"}
+HEAD_DIMS = (32, 64, 80, 96, 128)  # head dims the kernel is instantiated for
+LAYOUTS = ("bhsd", "bshd")
+REF_SCORES = 1 << 24  # scores (B * Hq * queries * Sk) per block of the reference
+_LOG2E = 1.4426950408889634
+
+OP_DOC = """sdpa(q, k, v, mask, causal, scale, window, kv_lens, layout): attention
+softmax(scale * q k^T + mask) v of q (B, Hq, Sq, D) over k (B, Hkv, Sk, D) and
+v (B, Hkv, Sk, Dv) (or (B, S, H, D) each for layout "bshd"); see
+pygpukit_nn.attention.scaled_dot_product_attention."""
 
 
-def register(registry):
-    pass
+# -- public API ----------------------------------------------------------------------
+
+
+def scaled_dot_product_attention(
+    q: gp.GPUArray,
+    k: gp.GPUArray,
+    v: gp.GPUArray,
+    mask: gp.GPUArray | None = None,
+    *,
+    causal: bool = False,
+    scale: float | None = None,
+    window: tuple[int | None, int | None] | None = None,
+    kv_lens: gp.GPUArray | None = None,
+    layout: str = "bhsd",
+) -> gp.GPUArray:
+    """Attention ``softmax(scale * q @ k^T + mask) @ v``.
+
+    q is (B, Hq, Sq, D), k (B, Hkv, Sk, D), v (B, Hkv, Sk, Dv), Hq a multiple
+    of Hkv (GQA; Hkv = 1 is MQA); with ``layout="bshd"`` each is (B, S, H, D)
+    instead. Returns (B, Hq, Sq, Dv) (``"bshd"``: (B, Sq, Hq, Dv)) in q's dtype.
+
+    ``mask``: boolean (True = attend) or additive float, broadcastable to
+    (B, Hq, Sq, Sk). ``causal``: query i sees keys j <= i + Sk - Sq (aligned to
+    the bottom right). ``scale``: default 1 / sqrt(D). ``window=(left, right)``:
+    query i sees keys j with i + Sk - Sq - left <= j <= i + Sk - Sq + right, -1
+    or None meaning no limit on that side. ``kv_lens`` (B,) integers: sequence
+    b has only its first kv_lens[b] keys (clamped to [0, Sk]). A query that
+    sees no key gets zeros.
+    """
+    return _dispatch.op("sdpa")(q, k, v, mask, causal, scale, window, kv_lens, layout)
+
+
+# -- checks --------------------------------------------------------------------------
+
+
+class _Args(NamedTuple):
+    """Checked arguments, with q, k and v as (B, H, S, D) views."""
+
+    q: gp.GPUArray
+    k: gp.GPUArray
+    v: gp.GPUArray
+    mask: gp.GPUArray | None  # 4-d, broadcastable to (B, Hq, Sq, Sk)
+    scale: float
+    left: int | None  # None: no limit
+    right: int | None  # None: no limit; causal folds in as right <= 0
+    kv_lens: gp.GPUArray | None
+    bshd: bool
+
+
+def _window_side(side: Any, which: str) -> int | None:
+    if side is None:
+        return None
+    if isinstance(side, bool) or not isinstance(side, (int, np.integer)):
+        raise TypeError(f"sdpa: window {which} must be an int or None, got {type(side).__name__}")
+    if side < -1:
+        raise ValueError(f"sdpa: window {which} must be >= 0, or -1 / None for no limit, got {side}")
+    return None if side == -1 else int(side)
+
+
+def _check(q: Any, k: Any, v: Any, mask: Any, causal: Any, scale: Any, window: Any, kv_lens: Any, layout: Any) -> _Args:
+    """Every check of the op, shared by the reference and the kernel."""
+    for name, a in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(a, gp.GPUArray):
+            raise TypeError(f"sdpa: {name} must be a GPUArray, got {type(a).__name__}")
+        if a.dtype not in FLOATS:
+            raise TypeError(f"sdpa: {name} must be float16, bfloat16, float32 or float64, got {a.dtype}")
+        if a.ndim != 4:
+            raise ValueError(f"sdpa: {name} must be 4-d ({'B, S, H, D' if layout == 'bshd' else 'B, H, S, D'}), got shape {a.shape}")
+    if k.dtype != q.dtype or v.dtype != q.dtype:
+        raise TypeError(f"sdpa: q, k and v must have one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    if layout not in LAYOUTS:
+        raise ValueError(f"sdpa: layout must be 'bhsd' or 'bshd', got {layout!r}")
+    bshd = layout == "bshd"
+    if bshd:
+        q, k, v = q.swapaxes(1, 2), k.swapaxes(1, 2), v.swapaxes(1, 2)
+    (b, hq, sq, d), (bk, hkv, sk, dk), (bv, hv, sv, dv) = q.shape, k.shape, v.shape
+    if (bk, hkv, sk) != (bv, hv, sv):
+        raise ValueError(f"sdpa: k and v must agree in batch, heads and keys, got k {k.shape} and v {v.shape} (as B, H, S, D)")
+    if bk != b:
+        raise ValueError(f"sdpa: q and k must have the same batch size, got {b} and {bk}")
+    if dk != d or d < 1 or dv < 1:
+        raise ValueError(f"sdpa: k's head_dim must equal q's ({d}) and both be >= 1, got {dk} (v's: {dv})")
+    if hkv < 1 or hq % hkv:
+        raise ValueError(f"sdpa: q's {hq} heads must be a multiple of k/v's {hkv} heads (GQA), got mismatched heads")
+    if not isinstance(causal, (bool, np.bool_)):
+        raise TypeError(f"sdpa: causal must be a bool, got {type(causal).__name__}")
+    if scale is None:
+        scale = 1.0 / math.sqrt(d)
+    elif isinstance(scale, bool) or not isinstance(scale, (int, float, np.integer, np.floating)) or not math.isfinite(scale):
+        raise ValueError(f"sdpa: scale must be a finite number or None, got {scale!r}")
+    left = right = None
+    if window is not None:
+        if not isinstance(window, (tuple, list)) or len(window) != 2:
+            raise TypeError(f"sdpa: window must be a (left, right) pair or None, got {window!r}")
+        left, right = _window_side(window[0], "left"), _window_side(window[1], "right")
+    if causal:
+        right = 0 if right is None else min(right, 0)
+    if kv_lens is not None:
+        if not isinstance(kv_lens, gp.GPUArray) or kv_lens.dtype.kind not in "iu":
+            raise TypeError(f"sdpa: kv_lens must be a GPUArray of integers, got {getattr(kv_lens, 'dtype', type(kv_lens).__name__)}")
+        if kv_lens.shape != (b,):
+            raise ValueError(f"sdpa: kv_lens must have shape ({b},) (one length per sequence), got {kv_lens.shape}")
+    if mask is not None:
+        mask = _check_mask(mask, (b, hq, sq, sk))
+    return _Args(q, k, v, mask, float(scale), left, right, kv_lens, bshd)
+
+
+def _check_mask(mask: Any, target: tuple[int, int, int, int]) -> gp.GPUArray:
+    if not isinstance(mask, gp.GPUArray):
+        raise TypeError(f"sdpa: mask must be a GPUArray or None, got {type(mask).__name__}")
+    if mask.dtype != np.bool_ and mask.dtype not in FLOATS:
+        raise TypeError(f"sdpa: mask must be boolean (True = attend) or float (added to the scores), got {mask.dtype}")
+    shape = (1,) * (4 - mask.ndim) + mask.shape
+    if mask.ndim > 4 or any(m not in (1, t) for m, t in zip(shape, target)):
+        raise ValueError(f"sdpa: mask of shape {mask.shape} does not broadcast to (B, Hq, Sq, Sk) = {target}")
+    return mask.reshape(shape)
+
+
+# -- reference (any backend, any float dtype) -----------------------------------------
+
+
+def _bshd_out(out: gp.GPUArray, a: _Args) -> gp.GPUArray:
+    return gp.ascontiguousarray(out.swapaxes(1, 2)) if a.bshd else out
+
+
+def reference(q: Any, k: Any, v: Any, mask: Any = None, causal: Any = False, scale: Any = None, window: Any = None,
+              kv_lens: Any = None, layout: Any = "bhsd") -> gp.GPUArray:  # fmt: skip
+    """Exact attention: scores and softmax in float32 (float64 for float64),
+    a block of queries at a time (about REF_SCORES scores each)."""
+    a = _check(q, k, v, mask, causal, scale, window, kv_lens, layout)
+    q, k, v = a.q, a.k, a.v
+    b, hq, sq, d = q.shape
+    hkv, sk, dv = k.shape[1], k.shape[2], v.shape[3]
+    g = hq // hkv
+    out = gp.zeros((b, hq, sq, dv), q.dtype)
+    if out.size == 0 or sk == 0:
+        return _bshd_out(out, a)
+    cdt = gp.float64 if q.dtype == np.float64 else gp.float32
+    kt = gp.ascontiguousarray(k.astype(cdt).swapaxes(-1, -2))  # (B, Hkv, D, Sk)
+    vv = v.astype(cdt)
+    cols = gp.arange(sk).reshape(1, sk)
+    key_ok = None
+    if a.kv_lens is not None:
+        key_ok = cols.reshape(1, 1, 1, sk) < a.kv_lens.astype(gp.int64).reshape(b, 1, 1, 1)
+        vv = gp.where(key_ok.reshape(b, 1, sk, 1), vv, 0)  # padding values may be NaN: 0 * NaN must not leak
+    off = sk - sq
+    step = max(1, min(sq, REF_SCORES // (b * hq * sk)))
+    for s0 in range(0, sq, step):
+        s1 = min(sq, s0 + step)
+        c = s1 - s0
+        qc = q[:, :, s0:s1].astype(cdt).reshape(b, hkv, g * c, d)  # head h = kv head h // g, row (h % g, query)
+        s = (gp.matmul(qc, kt) * a.scale).reshape(b, hq, c, sk)
+        rows = gp.arange(s0 + off, s1 + off).reshape(c, 1)  # each query's position among the keys
+        vis = key_ok
+        if a.right is not None:
+            vis = _and(vis, cols <= rows + a.right)
+        if a.left is not None:
+            vis = _and(vis, cols >= rows - a.left)
+        if a.mask is not None:
+            mc = a.mask[:, :, s0:s1] if a.mask.shape[2] != 1 else a.mask
+            if mc.dtype == np.bool_:
+                vis = _and(vis, mc)
+            else:
+                s = s + mc.astype(cdt)
+        if vis is not None:
+            s = gp.where(vis, s, -np.inf)
+        m = gp.max(s, axis=-1, keepdims=True)
+        e = gp.exp(s - gp.where(gp.isfinite(m), m, 0))  # a row with no visible key: m = -inf, e = 0
+        total = gp.sum(e, axis=-1, keepdims=True)
+        p = e / gp.where(total > 0, total, 1)
+        o = gp.matmul(p.reshape(b, hkv, g * c, sk), vv).reshape(b, hq, c, dv)
+        out[:, :, s0:s1] = o.astype(q.dtype)
+    return _bshd_out(out, a)
+
+
+def _and(a: gp.GPUArray | None, b: gp.GPUArray) -> gp.GPUArray:
+    return b if a is None else a & b
+
+
+# -- CUDA kernel -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Config:
+    """A tile config of flash_fwd: ``mt`` 16-row tiles per warp, ``warps`` warps
+    (BM = 16 * mt * warps query rows per block), ``bn`` keys per K/V tile."""
+
+    mt: int
+    warps: int
+    bn: int
+    throughput: float  # relative rate per SM at full occupancy (estimated; see CONFIGS)
+
+    @property
+    def bm(self) -> int:
+        return 16 * self.mt * self.warps
+
+    @property
+    def threads(self) -> int:
+        return 32 * self.warps
+
+    @property
+    def name(self) -> str:
+        return f"{self.bm}x{self.bn}"
+
+    def smem(self, d: int) -> int:
+        """Bytes of shared memory: Q, two K and two V tiles of rows padded to d + 8."""
+        return (self.bm + 4 * self.bn) * (d + 8) * 2
+
+
+# 128 query rows per block (each warp reads K and V once for 32 rows: half
+# the shared-memory traffic per FLOP of 16 rows per warp), and 64 rows for
+# few blocks, where finer tiles balance a causal grid better. The 0.8 is an
+# estimate from that traffic, to be replaced by a measurement.
+CONFIGS = (Config(2, 4, 64, 1.0), Config(1, 4, 64, 0.8))
+REGS_PER_SM = 65536
+MAX_REGS = 256  # the kernels use up to 255 registers per thread
+
+
+def blocks_per_sm(cfg: Config, d: int, smem_optin: int) -> int:
+    """Resident blocks per SM: bounded by registers and shared memory (the
+    per-SM pool is the per-block opt-in limit plus 1 KiB, with 1 KiB reserved per block)."""
+    return min(REGS_PER_SM // (MAX_REGS * cfg.threads), (smem_optin + 1024) // (cfg.smem(d) + 1024))
+
+
+def key_tiles(cfg: Config, sq: int, sk: int, left: int, right: int) -> list[int]:
+    """Key tiles each query tile of the grid visits (the kernel's [lo, hi) rule, every key present)."""
+    off, out = sk - sq, []
+    for m0 in range(0, sq, cfg.bm):
+        lo = max(m0 + off - left, 0)
+        hi = min(min(m0 + cfg.bm, sq) - 1 + off + right + 1, sk)
+        out.append(-(-hi // cfg.bn) - lo // cfg.bn if hi > lo else 0)
+    return out
+
+
+@functools.lru_cache(maxsize=4096)
+def choose(d: int, bh: int, sq: int, sk: int, left: int, right: int, sms: int, smem_optin: int) -> Config | None:
+    """The config with the least estimated time: max(longest block, total work
+    / resident blocks), in units of BM x BN tiles over the config's throughput
+    (blocks are issued longest first, so the longest ones do not trail); None
+    when none fits the shared memory. ``PYGPUKIT_ATTN_CONFIG`` (e.g. ``64x64``)
+    forces one."""
+    fits = [c for c in CONFIGS if c.smem(d) <= smem_optin]
+    forced = os.environ.get("PYGPUKIT_ATTN_CONFIG")
+    if not fits:
+        return None
+    if forced:
+        for c in fits:
+            if c.name == forced:
+                return c
+        raise ValueError(f"PYGPUKIT_ATTN_CONFIG={forced!r} is not one of {', '.join(c.name for c in fits)} for head_dim {d} here")
+
+    def cost(c: Config) -> float:
+        tiles = key_tiles(c, sq, sk, left, right)
+        unit = c.bm * c.bn / c.throughput
+        return max(max(tiles), bh * sum(tiles) / (sms * blocks_per_sm(c, d, smem_optin))) * unit
+
+    return min(fits, key=cost)
+
+
+_SIGNATURE = (
+    "const void* Q, const void* K, const void* V, void* O, const void* kv_lens, int Hq, int group, int Sq, int Sk, "
+    "long long qb, long long qh, int qs, long long kb, long long kh, int ks, long long vb, long long vh, int vs, "
+    "long long ob, long long oh, int os, float scale_log2, int left, int right"
+)
+_PARAMS = struct.Struct("@PPPPPiiiiqqiqqiqqiqqifii")  # _SIGNATURE in the CUDA ABI layout
+
+
+@functools.cache
+def _kernel(d: int, cfg: Config, ctype: str) -> Any:
+    return gp.jit(
+        _kernels.source("flash_attn"),
+        f"pgk::attn::flash_fwd<{d}, {cfg.mt}, {cfg.warps}, {cfg.bn}, {ctype}>",
+        signature=_SIGNATURE,
+        name="flash_attn.cu",
+    )
+
+
+@functools.cache
+def _function(d: int, cfg: Config, ctype: str) -> int:
+    """The CUfunction, allowed the dynamic shared memory it needs (> 48 KiB)."""
+    rt = _runtime.get()
+    fn = _kernel(d, cfg, ctype)._function(rt)
+    rt.native.function_set_max_dynamic_shared_memory(fn, cfg.smem(d))
+    return fn
+
+
+def _strides(x: gp.GPUArray) -> tuple[int, ...]:
+    """Element strides of x, 0 along axes of length 1 (never stepped)."""
+    return tuple(s // x.itemsize if n > 1 else 0 for s, n in zip(x.strides, x.shape))
+
+
+def _operand(x: gp.GPUArray) -> gp.GPUArray:
+    """x (B, H, S, D) as the kernel reads it: unit stride along D, 16-byte
+    aligned rows (base and strides multiples of 8 elements), a seq stride
+    whose multiples within a tile fit an int; else a contiguous copy."""
+    st = _strides(x)
+    if x.data_ptr % 16 == 0 and x.strides[3] == x.itemsize and all(s % 8 == 0 for s in st[:3]) and abs(st[2]) < 2**24:
+        return x
+    return gp.ascontiguousarray(x)
+
+
+# Launches planned by call signature: (function, grid, threads, shared bytes,
+# output shape, the scalar parameters). Only calls that needed no copy are
+# planned, so a hit launches straight away.
+_plans: dict[tuple, tuple[int, int, int, int, int, tuple[int, ...], tuple]] = {}
+
+
+def _launch(plan: tuple, q: Any, k: Any, v: Any, kv_lens: Any) -> gp.GPUArray:
+    fn, gx, gy, threads, smem, out_shape, scalars = plan
+    stream = current_stream_handle()
+    out = gp.GPUArray._empty(out_shape, q._dtype, stream)
+    params = _PARAMS.pack(q._ptr, k._ptr, v._ptr, out._ptr, 0 if kv_lens is None else kv_lens._ptr, *scalars)
+    _runtime.get().native.launch(fn, gx, gy, 1, threads, 1, 1, smem, stream, params)
+    return out
+
+
+def _plan_key(q: Any, k: Any, v: Any, causal: Any, scale: Any, window: Any, kv_lens: Any, layout: Any) -> tuple:
+    lens = None if kv_lens is None else (kv_lens._shape, kv_lens._strides, kv_lens._dtype)
+    return (q._shape, q._strides, q._dtype, q._ptr % 16, k._shape, k._strides, k._ptr % 16, v._shape, v._strides,
+            v._ptr % 16, k._dtype, v._dtype, causal, scale, None if window is None else tuple(window), lens, layout)  # fmt: skip
+
+
+def kernel(q: Any, k: Any, v: Any, mask: Any = None, causal: Any = False, scale: Any = None, window: Any = None,
+           kv_lens: Any = None, layout: Any = "bhsd") -> gp.GPUArray:  # fmt: skip
+    """The flash_fwd kernel (see ``kernel_applies`` for when it serves)."""
+    try:
+        key = _plan_key(q, k, v, causal, scale, window, kv_lens, layout)
+        plan = _plans.get(key)
+    except (AttributeError, TypeError):  # not arrays, or an unhashable argument: checked below
+        key = plan = None
+    if plan is not None:
+        return _launch(plan, q, k, v, kv_lens)
+    if not kernel_applies(q, k, v, mask, causal, scale, window, kv_lens, layout):  # called directly, or routed here
+        return reference(q, k, v, mask, causal, scale, window, kv_lens, layout)
+    a = _check(q, k, v, mask, causal, scale, window, kv_lens, layout)
+    b, hq, sq, d = a.q.shape
+    hkv, sk = a.k.shape[1], a.k.shape[2]
+    out_shape = (b, sq, hq, d) if a.bshd else (b, hq, sq, d)
+    if b * hq * sq == 0 or sk == 0:
+        return gp.zeros(out_shape, q.dtype)
+    rt = _runtime.get()
+    unbounded = sq + sk  # beyond any query-key distance; keeps the kernel's sums in int range
+    left = unbounded if a.left is None else min(a.left, unbounded)
+    right = unbounded if a.right is None else min(a.right, unbounded)
+    cfg = choose(d, b * hq, sq, sk, left, right, rt.props["multiprocessor_count"], rt.props["max_shared_memory_per_block_optin"])
+    if cfg is None or -(-sq // cfg.bm) > 65535 or 2 * unbounded + cfg.bm >= 2**31:  # the grid's y limit, int positions
+        return reference(q, k, v, mask, causal, scale, window, kv_lens, layout)
+    tiles = -(-sq // cfg.bm)
+    qv, kv, vv = (_operand(x) for x in (a.q, a.k, a.v))
+    lens = a.kv_lens
+    if lens is not None and (lens.dtype != np.int32 or not lens.is_contiguous):
+        lens = gp.ascontiguousarray(gp.clip(lens, 0, sk).astype(gp.int32))
+    ob, os_, oh = (sq * hq * d, hq * d, d) if a.bshd else (hq * sq * d, d, sq * d)
+    (qb, qh, qs), (kb, kh, ks), (vb, vh, vs) = (_strides(x)[:3] for x in (qv, kv, vv))
+    scalars = (hq, hq // hkv, sq, sk, qb, qh, qs, kb, kh, ks, vb, vh, vs, ob, oh, os_, a.scale * _LOG2E, left, right)
+    plan = (_function(d, cfg, _CTYPES[q.dtype]), b * hq, tiles, cfg.threads, cfg.smem(d), out_shape, scalars)
+    if key is not None and qv is a.q and kv is a.k and vv is a.v and lens is a.kv_lens:
+        _plans[key] = plan
+    return _launch(plan, qv, kv, vv, lens)
+
+
+def kernel_applies(q: Any, k: Any, v: Any, mask: Any = None, causal: Any = False, scale: Any = None, window: Any = None,
+                   kv_lens: Any = None, layout: Any = "bhsd") -> bool:  # fmt: skip
+    """Predicate of the kernel: bfloat16 / float16 q, k, v of one dtype, one
+    head_dim in HEAD_DIMS, no explicit mask, a positive scale (or None)."""
+    return (
+        mask is None
+        and all(isinstance(x, gp.GPUArray) and x.ndim == 4 for x in (q, k, v))
+        and q.dtype in HALF
+        and k.dtype == q.dtype
+        and v.dtype == q.dtype
+        and q.shape[-1] in HEAD_DIMS
+        and k.shape[-1] == q.shape[-1]
+        and v.shape[-1] == q.shape[-1]
+        and (scale is None or (isinstance(scale, (int, float)) and not isinstance(scale, bool) and 0 < scale < math.inf))
+    )
+
+
+def register(registry: Any) -> None:
+    registry.define("sdpa", nkey=3, doc=OP_DOC)
+    for backend in ("cuda", "cpu"):
+        registry.register("sdpa", reference, backend=backend, name="reference")
+    registry.register("sdpa", kernel, backend="cuda", dtypes=["float16", "bfloat16"], min_sm=80, priority=10,
+                      predicate=kernel_applies, name="kernel")  # fmt: skip

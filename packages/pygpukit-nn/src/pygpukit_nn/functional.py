@@ -5,6 +5,7 @@ route or another plugin can replace any of them."""
 from __future__ import annotations
 
 from .activations import geglu, gelu, log_softmax, relu, relu_squared, silu, softmax, swiglu
+from .attention import scaled_dot_product_attention
 from .conv import adaptive_avg_pool1d, avg_pool1d, conv1d, max_pool1d
 from .embedding import embedding, lm_head
 from .moe import moe_forward, permute, router_topk, unpermute
@@ -40,6 +41,7 @@ __all__ = [
     "rope_frequencies",
     "router_topk",
     "sample",
+    "scaled_dot_product_attention",
     "silu",
     "softmax",
     "swiglu",
