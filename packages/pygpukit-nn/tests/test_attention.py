@@ -1,8 +1,9 @@
 """Scaled dot-product attention against a float64 NumPy model: the reference on
 every backend (CI), the flash kernel on the GPU (causal and not, prefixes,
 GQA / MQA, windows, key lengths, odd sizes, every head_dim it takes, both
-tile configs, strided bshd views, determinism, PyTorch), the config
-heuristic and NVRTC compilation of every instantiation anywhere."""
+tile configs, strided bshd views, determinism, PyTorch), the SM 90 wgmma
+kernel forced, the config heuristic and NVRTC compilation of every
+instantiation anywhere."""
 
 import math
 
@@ -221,9 +222,25 @@ def test_config_heuristic(monkeypatch):
     for cfg in A.CONFIGS:
         for d in A.HEAD_DIMS:
             assert cfg.smem(d) <= 227 * 1024 and A.blocks_per_sm(cfg, d, 232448) == 2
+    # SM 90: the wgmma kernel for head_dim 64 / 128 at (1, 32, S, D), causal or not; never elsewhere
+    for s in (1024, 2048, 4096, 8192):
+        for d in A.WGMMA_DIMS:
+            assert A.choose(d, 32, s, s, 2 * s, 0, *h100, True).name == "wgmma128x128"
+            assert A.choose(d, 32, s, s, 2 * s, 2 * s, *h100, True).name == "wgmma128x128"
+    assert A.choose(80, 32, 4096, 4096, 8192, 0, *h100, True).name == "128x64"  # no wgmma instantiation for 80
+    wg = A.WGMMA_CONFIGS[0]
+    assert (wg.bm, wg.threads, wg.smem(128), A.blocks_per_sm(wg, 128, 232448)) == (128, 256, 163840, 1)
     monkeypatch.setenv("PYGPUKIT_ATTN_CONFIG", "64x64")
     A.choose.cache_clear()
     assert A.choose(128, 32, 8192, 8192, 16384, 0, *h100).name == "64x64"
+    assert A.choose(128, 32, 8192, 8192, 16384, 0, *h100, True).name == "64x64"  # forced off wgmma on SM 90
+    monkeypatch.setenv("PYGPUKIT_ATTN_CONFIG", "wgmma128x128")
+    A.choose.cache_clear()
+    assert A.choose(64, 4, 17, 17, 34, 0, *h100, True).name == "wgmma128x128"
+    with pytest.raises(ValueError, match="128x64, 64x64"):
+        A.choose(128, 32, 8192, 8192, 16384, 0, *h100)  # not SM 90
+    with pytest.raises(ValueError, match="not one of"):
+        A.choose(96, 32, 8192, 8192, 16384, 0, *h100, True)
     monkeypatch.setenv("PYGPUKIT_ATTN_CONFIG", "32x32")
     A.choose.cache_clear()
     with pytest.raises(ValueError, match="128x64, 64x64"):
@@ -240,6 +257,17 @@ def test_kernels_compile_for_sm80_and_sm90(need_nvrtc):
         for sm in (80, 90):
             assert kern.compile(sm).image[:4] == b"\x7fELF", (case, sm)
     assert A._PARAMS.format == kern._packer._struct.format  # the planned launch packs what the signature says
+
+
+def test_wgmma_kernels_compile_for_sm90a(need_nvrtc):
+    """The SM 90 warpgroup kernel (sm_90a only) for each head_dim and dtype."""
+    for cfg in A.WGMMA_CONFIGS:
+        for d in A.WGMMA_DIMS:
+            for ct in A._CTYPES.values():
+                kern = A._kernel(d, cfg, ct)
+                assert kern.arch_suffix == "a"
+                assert kern.compile(90).image[:4] == b"\x7fELF", (d, cfg, ct)
+                assert A._PARAMS.format == kern._packer._struct.format
 
 
 # -- the kernel (GPU) --------------------------------------------------------------
@@ -365,3 +393,90 @@ def test_kernel_matches_torch(rng):
         ref = F.scaled_dot_product_attention(tq, tk, tv, is_causal=causal).float().cpu().numpy()
         got = sdpa(_gp(q, gp.bfloat16), _gp(k, gp.bfloat16), _gp(v, gp.bfloat16), causal=causal).to_numpy().astype(np.float32)
         assert rel_err(got, ref) < 1e-2, (sq, sk, hq, hkv)
+
+
+@pytest.fixture
+def wgmma_forced(monkeypatch):
+    """The wgmma kernel forced (SM 90 only); yields its config."""
+    from pygpukit import _runtime
+
+    if _runtime.get().sm != 90:
+        pytest.skip("the wgmma kernel runs on SM 90 only")
+    monkeypatch.setenv("PYGPUKIT_ATTN_CONFIG", A.WGMMA_CONFIGS[0].name)
+    A.choose.cache_clear()
+    A._plans.clear()
+    yield A.WGMMA_CONFIGS[0]
+    A.choose.cache_clear()
+    A._plans.clear()
+
+
+def _used(cfg, d, dtype):
+    """Whether the last planned launches ran cfg's kernel for head_dim d."""
+    return A._function(d, cfg, A._CTYPES[np.dtype(dtype)]) in {plan[0] for plan in A._plans.values()}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", HALF, ids=str)
+@pytest.mark.parametrize("d", [64, 128])
+def test_wgmma_kernel_against_float64(rng, wgmma_forced, dtype, d):
+    # odd lengths around the 128-row / 128-key tiles, prefixes (Sk > Sq) and the reverse, causal or not
+    for sq, sk in [(1, 1), (17, 17), (129, 129), (1000, 1000), (1, 300), (100, 333), (333, 100), (250, 1000)]:
+        for causal in (False, True):
+            _poison((2, 4, sq, d), dtype)
+            _check(rng, dtype, 2, 4, 2, sq, sk, d, causal=causal)
+    assert _used(wgmma_forced, d, dtype)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", HALF, ids=str)
+def test_wgmma_kernel_long_sequences(rng, wgmma_forced, dtype):
+    for d in (64, 128):
+        _check(rng, dtype, 1, 2, 1, 4097, 4097, d, causal=True)  # 33 row tiles: a partial last one, the longest first
+        _check(rng, dtype, 1, 2, 2, 1000, 4097, d)  # many key tiles per block, not causal
+        assert _used(wgmma_forced, d, dtype)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", HALF, ids=str)
+def test_wgmma_kernel_heads_windows_and_lengths(rng, wgmma_forced, dtype):
+    _check(rng, dtype, 1, 32, 8, 257, 257, 128, causal=True)  # GQA 32 / 8
+    _check(rng, dtype, 2, 6, 1, 130, 190, 64)  # MQA
+    for window in [(127, 0), (0, 0), (5, 70), (None, 3), (300, None), (129, 129)]:
+        _check(rng, dtype, 1, 2, 2, 400, 400, 128, window=window)
+        _check(rng, dtype, 1, 2, 1, 150, 390, 64, window=window, causal=True)
+    lens = [1000, 1, 0, 777]
+    got = _check(rng, dtype, 4, 4, 2, 1000, 1000, 128, kv_lens=lens, causal=True)
+    np.testing.assert_array_equal(got.to_numpy()[2], 0)  # a sequence without keys
+    _check(rng, dtype, 4, 2, 2, 64, 900, 64, kv_lens=lens, window=(200, 0), causal=True)
+    q, k, v = _qkv(rng, 2, 2, 2, 300, 130, 128, dtype)
+    _poison((2, 2, 300, 128), dtype)
+    got = sdpa(_gp(q, dtype), _gp(k, dtype), _gp(v, dtype), causal=True).to_numpy()
+    np.testing.assert_array_equal(got[:, :, :170], 0)  # queries before the first key
+    k[1, :, 70:] = np.nan  # padding keys and values are never read
+    v[1, :, 70:] = np.inf
+    got = sdpa(_gp(q, dtype), _gp(k, dtype), _gp(v, dtype), kv_lens=_gp([130, 70], np.int32)).to_numpy()
+    k[1, :, 70:] = v[1, :, 70:] = 0
+    assert np.isfinite(got).all() and rel_err(got, np_sdpa(q, k, v, kv_lens=[130, 70])) < TOL[np.dtype(dtype)]
+    assert _used(wgmma_forced, 128, dtype) and _used(wgmma_forced, 64, dtype)
+
+
+@pytest.mark.gpu
+def test_wgmma_kernel_strided_bshd_and_torch(rng, wgmma_forced):
+    b, s, h, d = 2, 300, 8, 128
+    qkv = rand(rng, (b, s, 3, h, d), gp.bfloat16)
+    g = _gp(qkv, gp.bfloat16)
+    q, k, v = g[:, :, 0], g[:, :, 1], g[:, :, 2]
+    got = sdpa(q, k, v, causal=True, layout="bshd")
+    ref = np_sdpa(*(qkv[:, :, i].transpose(0, 2, 1, 3) for i in range(3)), causal=True).transpose(0, 2, 1, 3)
+    assert got.shape == (b, s, h, d) and rel_err(got.to_numpy(), ref) < 1e-2
+    assert _used(wgmma_forced, d, gp.bfloat16)
+    np.testing.assert_array_equal(sdpa(q, k, v, causal=True, layout="bshd").to_numpy(), got.to_numpy())  # deterministic
+    torch = pytest.importorskip("torch")
+    F = torch.nn.functional
+    for sq, hq, hkv in [(1024, 8, 8), (257, 32, 8)]:
+        q, k, v = _qkv(rng, 1, hq, hkv, sq, sq, 128, gp.bfloat16)
+        tq, tk, tv = (torch.tensor(x, dtype=torch.float32).to("cuda", torch.bfloat16) for x in (q, k, v))
+        tk, tv = tk.repeat_interleave(hq // hkv, 1), tv.repeat_interleave(hq // hkv, 1)
+        ref = F.scaled_dot_product_attention(tq, tk, tv, is_causal=True).float().cpu().numpy()
+        got = sdpa(_gp(q, gp.bfloat16), _gp(k, gp.bfloat16), _gp(v, gp.bfloat16), causal=True).to_numpy().astype(np.float32)
+        assert rel_err(got, ref) < 1e-2, (sq, hq, hkv)

@@ -22,8 +22,9 @@ Masks combine (a key is visible only if every mask allows it):
 A query that sees no key gets zeros (torch gives NaN).
 
 The CUDA kernel (kernels/flash_attn.cu, FlashAttention-2 style on tensor
-cores) serves bfloat16 / float16 with head_dim in HEAD_DIMS, a positive
-scale and no ``mask`` argument; everything else (float32, float64, other
+cores; on SM 90 kernels/flash_attn_wgmma.cu, FlashAttention-3 style on
+warpgroup MMA, for head_dim in WGMMA_DIMS) serves bfloat16 / float16 with
+head_dim in HEAD_DIMS, a positive scale and no ``mask`` argument; everything else (float32, float64, other
 head dims, explicit masks) goes to the reference: an exact softmax in float32
 (float64 for float64), a block of queries at a time so memory stays bounded.
 The kernel's softmax is online in float32 (base 2, ex2.approx) and P is
@@ -247,12 +248,14 @@ def _and(a: gp.GPUArray | None, b: gp.GPUArray) -> gp.GPUArray:
 @dataclass(frozen=True)
 class Config:
     """A tile config of flash_fwd: ``mt`` 16-row tiles per warp, ``warps`` warps
-    (BM = 16 * mt * warps query rows per block), ``bn`` keys per K/V tile."""
+    (BM = 16 * mt * warps query rows per block), ``bn`` keys per K/V tile; with
+    ``wgmma``, of flash_fwd_wgmma (SM 90): warpgroups of 4 warps, 64 rows each."""
 
     mt: int
     warps: int
     bn: int
-    throughput: float  # relative rate per SM at full occupancy (estimated; see CONFIGS)
+    throughput: float  # relative rate per resident block (estimated; see CONFIGS)
+    wgmma: bool = False
 
     @property
     def bm(self) -> int:
@@ -264,11 +267,12 @@ class Config:
 
     @property
     def name(self) -> str:
-        return f"{self.bm}x{self.bn}"
+        return f"{'wgmma' if self.wgmma else ''}{self.bm}x{self.bn}"
 
     def smem(self, d: int) -> int:
-        """Bytes of shared memory: Q, two K and two V tiles of rows padded to d + 8."""
-        return (self.bm + 4 * self.bn) * (d + 8) * 2
+        """Bytes of shared memory: Q, two K and two V tiles, of rows padded to
+        d + 8 (swizzled instead, unpadded, for wgmma)."""
+        return (self.bm + 4 * self.bn) * (d if self.wgmma else d + 8) * 2
 
 
 # 128 query rows per block (each warp reads K and V once for 32 rows: half
@@ -276,6 +280,11 @@ class Config:
 # few blocks, where finer tiles balance a causal grid better. The 0.8 is an
 # estimate from that traffic, to be replaced by a measurement.
 CONFIGS = (Config(2, 4, 64, 1.0), Config(1, 4, 64, 0.8))
+# SM 90: two warpgroups (128 rows), 128-key tiles, one block per SM (~250
+# registers per thread). 2.8 per block = 1.4x the two 128x64 blocks of an SM
+# (the estimate: ~450 vs ~320 TFLOP/s), to be replaced by a measurement.
+WGMMA_CONFIGS = (Config(1, 8, 128, 2.8, wgmma=True),)
+WGMMA_DIMS = (64, 128)  # head dims flash_fwd_wgmma is instantiated for
 REGS_PER_SM = 65536
 MAX_REGS = 256  # the kernels use up to 255 registers per thread
 
@@ -297,13 +306,16 @@ def key_tiles(cfg: Config, sq: int, sk: int, left: int, right: int) -> list[int]
 
 
 @functools.lru_cache(maxsize=4096)
-def choose(d: int, bh: int, sq: int, sk: int, left: int, right: int, sms: int, smem_optin: int) -> Config | None:
+def choose(d: int, bh: int, sq: int, sk: int, left: int, right: int, sms: int, smem_optin: int,
+           sm90: bool = False) -> Config | None:  # fmt: skip
     """The config with the least estimated time: max(longest block, total work
     / resident blocks), in units of BM x BN tiles over the config's throughput
     (blocks are issued longest first, so the longest ones do not trail); None
-    when none fits the shared memory. ``PYGPUKIT_ATTN_CONFIG`` (e.g. ``64x64``)
-    forces one."""
-    fits = [c for c in CONFIGS if c.smem(d) <= smem_optin]
+    when none fits the shared memory. The wgmma configs compete on SM 90
+    (``sm90``) for head_dim in WGMMA_DIMS. ``PYGPUKIT_ATTN_CONFIG`` (e.g.
+    ``64x64``, ``wgmma128x128``) forces one."""
+    pool = CONFIGS + (WGMMA_CONFIGS if sm90 and d in WGMMA_DIMS else ())
+    fits = [c for c in pool if c.smem(d) <= smem_optin]
     forced = os.environ.get("PYGPUKIT_ATTN_CONFIG")
     if not fits:
         return None
@@ -331,6 +343,14 @@ _PARAMS = struct.Struct("@PPPPPiiiiqqiqqiqqiqqifii")  # _SIGNATURE in the CUDA A
 
 @functools.cache
 def _kernel(d: int, cfg: Config, ctype: str) -> Any:
+    if cfg.wgmma:  # sm_90a: runs on SM 90 only
+        return gp.jit(
+            _kernels.source("flash_attn_wgmma"),
+            f"pgk::attn::flash_fwd_wgmma<{d}, {cfg.warps // 4}, {cfg.bn}, {ctype}>",
+            signature=_SIGNATURE,
+            name="flash_attn_wgmma.cu",
+            arch_suffix="a",
+        )
     return gp.jit(
         _kernels.source("flash_attn"),
         f"pgk::attn::flash_fwd<{d}, {cfg.mt}, {cfg.warps}, {cfg.bn}, {ctype}>",
@@ -406,7 +426,8 @@ def kernel(q: Any, k: Any, v: Any, mask: Any = None, causal: Any = False, scale:
     unbounded = sq + sk  # beyond any query-key distance; keeps the kernel's sums in int range
     left = unbounded if a.left is None else min(a.left, unbounded)
     right = unbounded if a.right is None else min(a.right, unbounded)
-    cfg = choose(d, b * hq, sq, sk, left, right, rt.props["multiprocessor_count"], rt.props["max_shared_memory_per_block_optin"])
+    props = rt.props
+    cfg = choose(d, b * hq, sq, sk, left, right, props["multiprocessor_count"], props["max_shared_memory_per_block_optin"], rt.sm == 90)
     if cfg is None or -(-sq // cfg.bm) > 65535 or 2 * unbounded + cfg.bm >= 2**31:  # the grid's y limit, int positions
         return reference(q, k, v, mask, causal, scale, window, kv_lens, layout)
     tiles = -(-sq // cfg.bm)

@@ -1,0 +1,346 @@
+// Prefill attention on SM 90 (sm_90a) with warpgroup MMA (wgmma.mma_async),
+// FlashAttention-3 style, for bfloat16 / float16 and head_dim D = 64 or 128.
+// Same contract, parameters and masks as flash_fwd in flash_attn.cu (read its
+// header for the mask interval, kv_lens, zero-filled rows, the base-2 online
+// softmax and the longest-first grid order); only the tensor-core path differs.
+//
+// Work split. A block of NWG consumer warpgroups (128 threads each) owns
+// BM = 64 * NWG query rows of one (batch, q head); warpgroup w owns rows
+// [64 w, 64 w + 64). Every thread also loads (no producer warp: cp.async
+// needs no separate issuer, and the GEMM kernel of gemm_tc.cu reaches ~500
+// TFLOP/s this way). K and V tiles of BN keys are double-buffered; per key
+// tile, after one barrier:
+//   1. cp.async K and V of tile nb + 1 into the other buffer (free: every
+//      warpgroup finished tile nb - 1, whose wgmmas it waited for);
+//   2. S = Q K^T: D / 16 wgmma m64nBNk16, A = Q and B = K from shared memory;
+//   3. masks, online softmax in registers, O rescaled;
+//   4. O += P V: BN / 16 wgmma m64nDk16, A = P from registers, B = V from
+//      shared memory read N-major (the transpose bit), so V is used as stored.
+// Each warpgroup waits for its own wgmmas (wait_group 0) before touching
+// their accumulators; the other warpgroup runs meanwhile, which is where the
+// tensor cores overlap the softmax.
+//
+// Shared tiles. A (rows, D) tile is stored as D / 64 panels of (rows, 64):
+// 128-byte rows, 16-byte chunk c of row r at chunk c ^ (r & 7) (the XOR
+// swizzle of gemm_tc.cu). With a 1024-byte aligned panel that is wgmma's
+// 128-byte swizzle layout, in both readings:
+//   K-major (Q as A, K as B of S = Q K^T; the reduction is over D): 8-row
+//     groups 1024 bytes apart (SBO), one k16 step = 32 bytes along the row,
+//     k16 steps 4..7 (D = 128) in the second panel; LBO unused.
+//   N-major (V as B of P V; the reduction is over keys, N = D is the
+//     contiguous axis): an atom is 64 elements of N (one 128-byte row) x 8
+//     keys; SBO = 1024 bytes between 8-key groups, LBO = BN * 128 bytes
+//     between 64-column atoms (the next panel, D = 128), one k16 step =
+//     16 keys = 2048 bytes. (CUTLASS's canonical MN-major SW128 layout
+//     ((8, n), (8, k)) : ((1, LBO), (8, SBO)) in 16-byte units.)
+// Every panel starts at a multiple of 1024 bytes (the tile sizes are), so
+// the row index's low 3 bits are the address bits 7-9 the hardware XORs.
+//
+// Register layouts (PTX ISA, wgmma m64nNk16; lane = 4 g + t, warp q = warp
+// index within the warpgroup, rows relative to the warpgroup's 64):
+//   D (FP32 accumulators, N / 2 per thread): d[4 j + 2 h + e] = (row 16 q + g + 8 h,
+//     column 8 j + 2 t + e), j < N / 8, h, e in {0, 1}.
+//   A from registers (16-bit, 4 x b32 per thread for one k16 slice):
+//     a0 = (row 16 q + g, k 2t, 2t+1), a1 = (row 16 q + g + 8, k 2t, 2t+1),
+//     a2 = (row 16 q + g, k 2t+8, 2t+9), a3 = (row 16 q + g + 8, k 2t+8, 2t+9),
+//   lower k in the low half: the mma.m16n8k16 A fragment per warp.
+// So the S accumulators of keys [16 kk, 16 kk + 16) are d[8 kk .. 8 kk + 7],
+// and P's A fragment for that slice is a_i = pack(d[8 kk + 2 i], d[8 kk + 2 i + 1]):
+//   i = 0: j = 2kk, h = 0 (row g, keys 2t..);  i = 1: j = 2kk, h = 1 (row g + 8);
+//   i = 2: j = 2kk + 1, h = 0 (keys 8 + 2t..); i = 3: j = 2kk + 1, h = 1.
+// A row's values live in the 4 lanes t of one g: reductions are two xor
+// shuffles (1, 2), as in flash_attn.cu.
+#include "pgk/types.cuh"
+
+namespace pgk {
+namespace attn {
+
+__device__ __forceinline__ unsigned wg_smem_addr(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void wg_cp_async16(unsigned dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void wg_cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+__device__ __forceinline__ void wg_cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
+
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+
+// A 128-byte-swizzled shared operand at shared address `addr` (bytes; LBO and
+// SBO in bytes as in the header). Fields: start >> 4 (bits 0-13), LBO >> 4
+// (16-29), SBO >> 4 (32-45), swizzle mode 1 = 128B (62-63).
+__device__ __forceinline__ unsigned long long sw128_desc(unsigned addr, unsigned lbo, unsigned sbo) {
+  return static_cast<unsigned long long>((addr & 0x3FFFF) >> 4) | (static_cast<unsigned long long>(lbo >> 4) << 16) |
+         (static_cast<unsigned long long>(sbo >> 4) << 32) | (1ull << 62);
+}
+
+// d (64 x N, FP32) = (scale_d ? d : 0) + A B, A (64 x 16) and B (16 x N) from
+// shared memory, both K-major; TY is the PTX type of both (bf16 or f16).
+#define PGK_WGMMA_SS_M64N64K16(TY) \
+  asm volatile( \
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n" \
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY " {" \
+      "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31" \
+      "}, %32, %33, p, 1, 1, 0, 0;\n}\n" \
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]) \
+      : "l"(da), "l"(db), "r"(scale_d))
+#define PGK_WGMMA_RS_M64N64K16(TY) \
+  asm volatile( \
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY " {" \
+      "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31" \
+      "}, {%32,%33,%34,%35}, %36, 1, 1, 1, 1;\n" \
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]) \
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db))
+#define PGK_WGMMA_SS_M64N128K16(TY) \
+  asm volatile( \
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n" \
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32." TY "." TY " {" \
+      "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63" \
+      "}, %64, %65, p, 1, 1, 0, 0;\n}\n" \
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), \
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), \
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), \
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]) \
+      : "l"(da), "l"(db), "r"(scale_d))
+#define PGK_WGMMA_RS_M64N128K16(TY) \
+  asm volatile( \
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32." TY "." TY " {" \
+      "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63" \
+      "}, {%64,%65,%66,%67}, %68, 1, 1, 1, 1;\n" \
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), \
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), \
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), \
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]) \
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db))
+
+template <int N, class T>
+__device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], unsigned long long da, unsigned long long db, int scale_d) {
+  static_assert(N == 64 || N == 128, "S tiles of 64 or 128 keys");
+  if constexpr (N == 64 && is_same<T, bfloat16>::value) PGK_WGMMA_SS_M64N64K16("bf16");
+  else if constexpr (N == 64) PGK_WGMMA_SS_M64N64K16("f16");
+  else if constexpr (is_same<T, bfloat16>::value) PGK_WGMMA_SS_M64N128K16("bf16");
+  else PGK_WGMMA_SS_M64N128K16("f16");
+}
+
+// d (64 x N, FP32) += A B, A (64 x 16) from registers (a[0..3], see the
+// header), B (16 x N) from shared memory, N-major (imm-trans-b = 1).
+template <int N, class T>
+__device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const unsigned (&a)[4], unsigned long long db) {
+  static_assert(N == 64 || N == 128, "head_dim 64 or 128");
+  if constexpr (N == 64 && is_same<T, bfloat16>::value) PGK_WGMMA_RS_M64N64K16("bf16");
+  else if constexpr (N == 64) PGK_WGMMA_RS_M64N64K16("f16");
+  else if constexpr (is_same<T, bfloat16>::value) PGK_WGMMA_RS_M64N128K16("bf16");
+  else PGK_WGMMA_RS_M64N128K16("f16");
+}
+#undef PGK_WGMMA_SS_M64N64K16
+#undef PGK_WGMMA_SS_M64N128K16
+#undef PGK_WGMMA_RS_M64N64K16
+#undef PGK_WGMMA_RS_M64N128K16
+
+template <class T>
+__device__ __forceinline__ unsigned wg_pack2(float lo, float hi) {  // lo in bits 0-15 (cvt's first source is the upper half)
+  unsigned r;
+  if constexpr (is_same<T, bfloat16>::value) asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+  else asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
+__device__ __forceinline__ float wg_exp2(float x) {  // exp2(-inf) = +0
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+__device__ __forceinline__ float wg_neg_inf() { return __int_as_float(0xff800000); }
+
+// Rows [0, ROWS) of the swizzled (ROWS, D) tile at shared address s <- rows
+// of g (stride `ld` elements); rows >= valid are zero-filled (valid >= 1, so
+// g is a readable address). Thread x copies chunk x % CH of rows x / CH +
+// RSTEP i; RSTEP is a multiple of 8, so r & 7 and the swizzled column are
+// the same for all of a thread's rows.
+template <int ROWS, int D, int THREADS, class T>
+__device__ __forceinline__ void wg_load_tile(unsigned s, const T* g, int ld, int valid) {
+  constexpr int CH = D / 8, RSTEP = THREADS / CH, N = ROWS / RSTEP;
+  static_assert(THREADS % CH == 0 && ROWS % RSTEP == 0 && RSTEP % 8 == 0, "whole 8-row swizzle groups per pass");
+  const int r0 = threadIdx.x / CH, c = threadIdx.x % CH;
+  const T* p = g + (r0 * ld + c * 8);
+  const unsigned d = s + (c >> 3) * (ROWS * 128) + r0 * 128 + (((c & 7) ^ (r0 & 7)) << 4);
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    const bool ok = r0 + i * RSTEP < valid;
+    wg_cp_async16(d + i * RSTEP * 128, ok ? p + i * RSTEP * ld : g, ok);
+  }
+}
+
+template <int D, int NWG, int BN, class T>
+__global__ void __launch_bounds__(NWG * 128, 1)
+flash_fwd_wgmma(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V, T* __restrict__ O,
+                const int* __restrict__ kv_lens, int Hq, int group, int Sq, int Sk, long long qb, long long qh, int qs,
+                long long kb, long long kh, int ks, long long vb, long long vh, int vs, long long ob, long long oh,
+                int os, float scale_log2, int left, int right) {
+  static_assert(D == 64 || D == 128, "head_dim 64 or 128");
+  static_assert(BN == 64 || BN == 128, "64 or 128 keys per tile");
+  constexpr int BM = 64 * NWG, THREADS = 128 * NWG, KD = D / 16;
+  // Shared bytes: Q (BM rows), then two K and two V buffers of BN rows; every
+  // offset and panel (rows x 128 bytes) is a multiple of 1024.
+  constexpr unsigned kQ = 0, kK = BM * D * 2, kBuf = BN * D * 2, kV = kK + 2 * kBuf;
+  constexpr unsigned kPanelQ = BM * 128, kPanelKV = BN * 128;
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  const unsigned smem = wg_smem_addr(smem_raw);
+
+  const int tiles = (Sq + BM - 1) / BM;
+  const int m0 = (tiles - 1 - static_cast<int>(blockIdx.y)) * BM;  // longest first (see flash_attn.cu)
+  const int b = blockIdx.x / Hq, h = blockIdx.x % Hq, hk = h / group;
+  const int Lk = kv_lens ? min(max(kv_lens[b], 0), Sk) : Sk;
+  const int off = Sk - Sq;
+  const int m_last = min(m0 + BM, Sq) - 1;
+  const int lo = max(m0 + off - left, 0);  // the keys any row of the block sees: [lo, hi)
+  const int hi = min(m_last + off + right + 1, Lk);
+  const int n_begin = lo / BN, n_end = hi > lo ? (hi + BN - 1) / BN : n_begin;
+
+  const T* Qp = Q + b * qb + h * qh + static_cast<long long>(m0) * qs;
+  const T* Kp = K + b * kb + hk * kh;
+  const T* Vp = V + b * vb + hk * vh;
+
+  const int wg = threadIdx.x >> 7, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
+  const int row0 = wg * 64 + ((threadIdx.x >> 5) & 3) * 16 + g;  // this thread's rows: row0 and row0 + 8 of the block
+
+  float o[D / 2];
+  float mrow[2] = {wg_neg_inf(), wg_neg_inf()}, lrow[2] = {0.0f, 0.0f};  // running max (raw scores), this lane's row sums
+#pragma unroll
+  for (int i = 0; i < D / 2; ++i) o[i] = 0.0f;
+
+  if (n_begin < n_end) {  // uniform over the block
+    wg_load_tile<BM, D, THREADS>(smem + kQ, Qp, qs, Sq - m0);
+    wg_load_tile<BN, D, THREADS>(smem + kK, Kp + static_cast<long long>(n_begin * BN) * ks, ks, Lk - n_begin * BN);
+    wg_load_tile<BN, D, THREADS>(smem + kV, Vp + static_cast<long long>(n_begin * BN) * vs, vs, Lk - n_begin * BN);
+    wg_cp_async_commit();
+
+    for (int nb = n_begin; nb < n_end; ++nb) {
+      const int n0 = nb * BN;
+      const unsigned buf = ((nb - n_begin) & 1) * kBuf, next = kBuf - buf;
+      wg_cp_async_wait_all();  // this thread's part of K[nb], V[nb] (and Q) landed
+      fence_proxy_async();     // ... visible to the async proxy wgmma reads through
+      __syncthreads();         // ... for every thread; every warpgroup is done with tile nb - 1
+      if (nb + 1 < n_end) {
+        wg_load_tile<BN, D, THREADS>(smem + kK + next, Kp + static_cast<long long>(n0 + BN) * ks, ks, Lk - n0 - BN);
+        wg_load_tile<BN, D, THREADS>(smem + kV + next, Vp + static_cast<long long>(n0 + BN) * vs, vs, Lk - n0 - BN);
+      }
+      wg_cp_async_commit();
+
+      // S = Q K^T for the warpgroup's 64 rows: k16 step kk is 32 bytes into
+      // panel kk / 4 of Q (from the warpgroup's row 64 wg: + 8192 wg bytes) and of K.
+      float s[BN / 2];
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < KD; ++kk) {
+        const unsigned kof = (kk & 3) * 32;
+        const unsigned long long da = sw128_desc(smem + kQ + (kk >> 2) * kPanelQ + wg * 64 * 128 + kof, 0, 1024);
+        const unsigned long long db = sw128_desc(smem + kK + buf + (kk >> 2) * kPanelKV + kof, 0, 1024);
+        wgmma_ss<BN, T>(s, da, db, kk > 0);
+      }
+      wgmma_commit();
+      wgmma_wait_all();
+
+      // Mask the tile unless every row of the block sees all of its keys.
+      const bool full = n0 + BN <= Lk && n0 + BN - 1 <= m0 + off + right && n0 >= m0 + BM - 1 + off - left;
+      if (!full) {
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+          const int i = m0 + row0 + 8 * hh + off;  // the query's position among the keys
+          const int jlo = i - left, jhi = min(i + right, Lk - 1);
+#pragma unroll
+          for (int j = 0; j < BN / 8; ++j)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              const int key = n0 + 8 * j + 2 * t4 + e;
+              if (key < jlo || key > jhi) s[4 * j + 2 * hh + e] = wg_neg_inf();
+            }
+        }
+      }
+
+      // Online softmax (as flash_attn.cu): new row max, P = exp2(s c - m c),
+      // l and O rescaled by alpha = exp2(m_old c - m c).
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        float mx = mrow[hh];
+#pragma unroll
+        for (int j = 0; j < BN / 8; ++j) mx = fmaxf(mx, fmaxf(s[4 * j + 2 * hh], s[4 * j + 2 * hh + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float msc = mx == wg_neg_inf() ? 0.0f : mx * scale_log2;  // nothing visible yet: p = 0
+        const bool moved = mx != mrow[hh];
+        const float alpha = moved ? wg_exp2(mrow[hh] * scale_log2 - msc) : 1.0f;
+        mrow[hh] = mx;
+        float sum = 0.0f;
+#pragma unroll
+        for (int j = 0; j < BN / 8; ++j)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const float p = wg_exp2(s[4 * j + 2 * hh + e] * scale_log2 - msc);
+            s[4 * j + 2 * hh + e] = p;
+            sum += p;
+          }
+        lrow[hh] = lrow[hh] * alpha + sum;
+        if (__any_sync(0xffffffffu, moved)) {
+#pragma unroll
+          for (int j = 0; j < D / 8; ++j) o[4 * j + 2 * hh] *= alpha, o[4 * j + 2 * hh + 1] *= alpha;
+        }
+      }
+
+      // O += P V: P's A fragments straight from the S accumulators (see the
+      // header); V's k16 step kk starts 16 keys (2048 bytes) further.
+      unsigned pa[BN / 16][4];
+#pragma unroll
+      for (int kk = 0; kk < BN / 16; ++kk)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) pa[kk][i] = wg_pack2<T>(s[8 * kk + 2 * i], s[8 * kk + 2 * i + 1]);
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < BN / 16; ++kk) wgmma_rs<D, T>(o, pa[kk], sw128_desc(smem + kV + buf + kk * 2048, kPanelKV, 1024));
+      wgmma_commit();
+      wgmma_wait_all();
+    }
+    wg_cp_async_wait_all();
+  }
+
+  // O / l for the block's rows < Sq; zeros where no key was visible.
+  T* Op = O + b * ob + h * oh;
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    float l = lrow[hh];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    const int row = m0 + row0 + 8 * hh;
+    if (row >= Sq) continue;
+    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+    T* out = Op + static_cast<long long>(row) * os + 2 * t4;
+#pragma unroll
+    for (int j = 0; j < D / 8; ++j) {
+      Vec<T, 2> pair;
+      pair.v[0] = T(l > 0.0f ? o[4 * j + 2 * hh] * inv : 0.0f);
+      pair.v[1] = T(l > 0.0f ? o[4 * j + 2 * hh + 1] * inv : 0.0f);
+      *reinterpret_cast<Vec<T, 2>*>(out + 8 * j) = pair;
+    }
+  }
+}
+
+}  // namespace attn
+}  // namespace pgk
