@@ -70,3 +70,73 @@ def test_errors():
     ]:
         with pytest.raises(exc, match=match):
             call()
+
+
+def _np_attention(x, wqkv, wo, hq, hk, d, rope_base=None):
+    """float64 causal GQA attention of x (B, S, H) with NeoX RoPE at positions 0..S-1."""
+    b, s, _ = x.shape
+    qkv = x @ wqkv.T
+    q = qkv[..., : hq * d].reshape(b, s, hq, d)
+    k = qkv[..., hq * d : (hq + hk) * d].reshape(b, s, hk, d)
+    v = qkv[..., (hq + hk) * d :].reshape(b, s, hk, d)
+    if rope_base is not None:
+        inv = rope_base ** (-np.arange(0, d, 2) / d)
+        ang = np.arange(s)[:, None] * inv[None, :]
+        cos, sin = np.cos(ang)[None, :, None, :], np.sin(ang)[None, :, None, :]
+
+        def rot(t):
+            a, c = t[..., : d // 2], t[..., d // 2 :]
+            return np.concatenate([a * cos - c * sin, c * cos + a * sin], axis=-1)
+
+        q, k = rot(q), rot(k)
+    k, v = np.repeat(k, hq // hk, axis=2), np.repeat(v, hq // hk, axis=2)
+    sc = np.einsum("bqhd,bkhd->bhqk", q, k) / np.sqrt(d)
+    sc = np.where(np.tril(np.ones((s, s), bool)), sc, -np.inf)
+    p = np.exp(sc - sc.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    return np.einsum("bhqk,bkhd->bqhd", p, v).reshape(b, s, hq * d) @ wo.T
+
+
+@pytest.mark.parametrize("dtype", [np.float32, gp.bfloat16])
+def test_attention_layer_prefill_and_cached_decode(rng, dtype):
+    from pygpukit_nn.kv_cache import KVCache
+    from pygpukit_nn.positional import RotaryEmbedding
+
+    hq, hk, d, hidden, s = 4, 2, 64, 48, 13
+    x = rand(rng, (2, s, hidden), dtype)
+    wqkv, wo = rand(rng, ((hq + 2 * hk) * d, hidden), dtype, 0.2), rand(rng, (hidden, hq * d), dtype, 0.2)
+    ref = _np_attention(x, wqkv, wo, hq, hk, d, 10000.0)
+    g = lambda a: gp.from_numpy(a.astype(dtype))
+    attn = layers.Attention(layers.Linear(g(wqkv)), layers.Linear(g(wo)), hq, hk, d, rope=RotaryEmbedding(d, 64, base=10000.0))
+    tol = 1e-4 if dtype == np.float32 else 5e-2  # bf16: q, k, v, scores, probabilities and the output each rounded
+    pos = np.arange(s)
+    assert rel_err(attn(g(x), pos).to_numpy(), ref) < tol
+    # a cache: 12 tokens through the prefill kernel over the gathered cache, then one decode step
+    cache = KVCache(2, 32, hk, d, gp.float32 if dtype == np.float32 else gp.bfloat16)
+    first = attn(g(x[:, :12]), pos[:12], cache)
+    assert rel_err(first.to_numpy(), ref[:, :12]) < tol
+    last = attn(g(x[:, 12:]), pos[12:], cache)
+    assert rel_err(last.to_numpy(), ref[:, 12:]) < tol
+    assert cache.seq_lengths().tolist() == [13, 13]
+    # short prompts take the decode kernel for all their tokens (causal among them)
+    cache2 = KVCache(2, 32, hk, d, gp.float32 if dtype == np.float32 else gp.bfloat16)
+    assert rel_err(attn(g(x[:, :5]), pos[:5], cache2).to_numpy(), _np_attention(x[:, :5], wqkv, wo, hq, hk, d, 10000.0)) < tol
+
+
+def test_attention_and_moe_layer_errors():
+    w = gp.zeros((8, 4), gp.float32)
+    for call, match in [
+        (lambda: layers.Attention(layers.Linear(w), layers.Linear(w), 3, 2, 1), "multiple of num_kv_heads"),
+        (lambda: layers.Attention(layers.Linear(w), layers.Linear(w), 2, 1, 4), r"qkv must have \(num_heads"),
+        (lambda: layers.Attention(layers.Linear(gp.zeros((16, 4), gp.float32)), layers.Linear(w), 2, 1, 4), "o must take"),
+        (
+            lambda: layers.Attention.from_separate(
+                *(layers.Linear(w) for _ in range(2)), layers.Linear(w, gp.zeros((8,), gp.float32)), layers.Linear(w), 2, 1, 4
+            ),
+            "all have a bias or none",
+        ),
+    ]:
+        with pytest.raises(ValueError, match=match):
+            call()
+    with pytest.raises(ValueError, match="must be 3-D"):
+        layers.MoE(layers.Linear(w), gp.zeros((8, 4), gp.float32), gp.zeros((2, 4, 4), gp.float32), 2)

@@ -9,7 +9,9 @@ from typing import Any
 
 import pygpukit as gp
 
-from . import activations, embedding, norms
+from . import activations, attention, decode, embedding, moe, norms
+from .kv_cache import KVCache, PagedKVCache
+from .positional import RotaryEmbedding
 
 _ACTIVATIONS = {
     "silu": activations.silu,
@@ -130,3 +132,104 @@ class MLP:
 
     def __call__(self, x: gp.GPUArray) -> gp.GPUArray:
         return self.down(self._act(self.up(x)))
+
+
+class Attention:
+    """The attention block of a decoder layer: one fused qkv projection, optional
+    per-head RMSNorm of q and k (Qwen3, OLMo-2), RoPE, attention, the output
+    projection. ``x`` is (batch, seq, hidden); ``positions`` (seq,) or (batch,
+    seq) ints, host or device.
+
+    Without a cache: causal prefill (``scaled_dot_product_attention``). With a
+    ``KVCache`` / ``PagedKVCache``: the new k and v are appended to ``layer``,
+    then up to 8 new tokens attend through ``decode_attention`` (split over
+    the cached sequence), more through the prefill kernel over the gathered
+    cache (all sequences must then have one length: a ragged prefill runs one
+    sequence at a time). ``window`` is a sliding window of that many keys
+    (Mistral)."""
+
+    def __init__(
+        self,
+        qkv: Linear,
+        o: Linear,
+        num_heads: int,
+        num_kv_heads: int,
+        head_dim: int,
+        rope: RotaryEmbedding | None = None,
+        q_norm: RMSNorm | None = None,
+        k_norm: RMSNorm | None = None,
+        window: int | None = None,
+        scale: float | None = None,
+    ) -> None:
+        if num_heads % num_kv_heads:
+            raise ValueError(f"Attention: num_heads {num_heads} must be a multiple of num_kv_heads {num_kv_heads}")
+        if qkv.out_features != (num_heads + 2 * num_kv_heads) * head_dim:
+            raise ValueError(f"Attention: qkv must have (num_heads + 2 * num_kv_heads) * head_dim = "
+                             f"{(num_heads + 2 * num_kv_heads) * head_dim} outputs, got {qkv.out_features}")  # fmt: skip
+        if o.in_features != num_heads * head_dim:
+            raise ValueError(f"Attention: o must take num_heads * head_dim = {num_heads * head_dim} inputs, got {o.in_features}")
+        if window is not None and window < 1:
+            raise ValueError(f"Attention: window must be None or a positive number of keys, got {window}")
+        self.qkv, self.o, self.rope, self.q_norm, self.k_norm = qkv, o, rope, q_norm, k_norm
+        self.num_heads, self.num_kv_heads, self.head_dim = num_heads, num_kv_heads, head_dim
+        self.window, self.scale = window, scale
+
+    @classmethod
+    def from_separate(
+        cls, q: Linear, k: Linear, v: Linear, o: Linear, num_heads: int, num_kv_heads: int, head_dim: int, **kw: Any
+    ) -> Attention:
+        """From separate q, k and v projections (checkpoint tensors), concatenated once."""
+        biases = [p.bias for p in (q, k, v)]
+        if any(b is None for b in biases) and any(b is not None for b in biases):
+            raise ValueError("Attention: q, k and v must all have a bias or none")
+        bias = None if biases[0] is None else gp.concatenate(biases, axis=0)
+        return cls(Linear(gp.concatenate([q.weight, k.weight, v.weight], axis=0), bias), o, num_heads, num_kv_heads, head_dim, **kw)
+
+    def __call__(self, x: gp.GPUArray, positions: Any, cache: KVCache | PagedKVCache | None = None, layer: int = 0) -> gp.GPUArray:
+        b, s, _ = _array("Attention: x", x, 3).shape
+        hq, hk, d = self.num_heads, self.num_kv_heads, self.head_dim
+        qkv = self.qkv(x)
+        q = qkv[..., : hq * d].reshape(b, s, hq, d)
+        k = qkv[..., hq * d : (hq + hk) * d].reshape(b, s, hk, d)
+        v = qkv[..., (hq + hk) * d :].reshape(b, s, hk, d)
+        if self.q_norm is not None:
+            q = self.q_norm(q)
+        if self.k_norm is not None:
+            k = self.k_norm(k)
+        if self.rope is not None:
+            q, k = self.rope(q, k, positions)
+        window = None if self.window is None else (self.window - 1, 0)
+        if cache is None:
+            out = attention.scaled_dot_product_attention(q, k, v, causal=True, scale=self.scale, window=window, layout="bshd")
+        else:
+            cache.append(k, v, layer)
+            if s <= decode.MAX_TOKENS:
+                out = decode.decode_attention(q, cache, layer, self.scale, self.window)
+            else:
+                lengths = cache.seq_lengths(layer)
+                if (lengths != lengths[0]).any():
+                    raise ValueError(f"Attention: a prefill of {s} tokens over a cache needs one length per batch, got {lengths.tolist()}")
+                kc, vc = cache.gather(layer)
+                out = attention.scaled_dot_product_attention(
+                    q.transpose(0, 2, 1, 3), kc, vc, causal=True, scale=self.scale, window=window
+                ).transpose(0, 2, 1, 3)
+        return self.o(out.reshape(b, s, hq * d))
+
+
+class MoE:
+    """A mixture-of-experts MLP (Mixtral, Qwen-MoE): ``moe_forward`` over the
+    router's top-k experts; w_gate_up (E, 2I, D) holds each expert's gate rows
+    then its up rows, w_down (E, D, I). Needs pygpukit-gemm."""
+
+    def __init__(
+        self, router: Linear, w_gate_up: gp.GPUArray, w_down: gp.GPUArray, top_k: int, renormalize: bool = True, activation: str = "silu"
+    ) -> None:
+        self.router = router
+        self.w_gate_up = _array("MoE: w_gate_up", w_gate_up, 3)
+        self.w_down = _array("MoE: w_down", w_down, 3)
+        self.top_k, self.renormalize, self.activation = top_k, renormalize, activation
+
+    def __call__(self, x: gp.GPUArray) -> gp.GPUArray:
+        return moe.moe_forward(
+            x, self.router.weight, self.w_gate_up, self.w_down, self.top_k, renormalize=self.renormalize, activation=self.activation
+        )

@@ -23,6 +23,7 @@ from .graphs import bench_graphs
 from .harness import Recorder, host_time_us, median_time_ms
 from .matmul import bench_matmul, bench_own_gemm
 from .nn_attention import bench_nn_attention
+from .nn_decode import bench_nn_decode
 from .nn_moe import bench_nn_moe
 from .nn_norms import bench_nn_norms
 from .nn_rope import bench_nn_rope
@@ -283,5 +284,6 @@ SUITE = {
     "nn_moe": bench_nn_moe,
     "nn_sampling": bench_nn_sampling,
     "nn_attention": bench_nn_attention,
+    "nn_decode": bench_nn_decode,
     "sorting": bench_sorting,
 }
