@@ -1,8 +1,8 @@
 """Scaled dot-product attention against a float64 NumPy model: the reference on
 every backend (CI), the flash kernel on the GPU (causal and not, prefixes,
 GQA / MQA, windows, key lengths, odd sizes, every head_dim it takes, both
-tile configs, strided bshd views, determinism, PyTorch), the SM 90 wgmma
-kernel forced, the config heuristic and NVRTC compilation of every
+tile configs, strided bshd views, determinism, PyTorch), each SM 90 wgmma
+kernel forced (flash_fwd_wgmma and the warp-specialized flash_fwd_ws), the config heuristic and NVRTC compilation of every
 instantiation anywhere."""
 
 import math
@@ -222,21 +222,25 @@ def test_config_heuristic(monkeypatch):
     for cfg in A.CONFIGS:
         for d in A.HEAD_DIMS:
             assert cfg.smem(d) <= 227 * 1024 and A.blocks_per_sm(cfg, d, 232448) == 2
-    # SM 90: the wgmma kernel for head_dim 64 / 128 at (1, 32, S, D), causal or not; never elsewhere
+    # SM 90: the warp-specialized wgmma kernel for head_dim 64 / 128 at (1, 32, S, D), causal or not; never elsewhere
     for s in (1024, 2048, 4096, 8192):
         for d in A.WGMMA_DIMS:
-            assert A.choose(d, 32, s, s, 2 * s, 0, *h100, True).name == "wgmma128x128"
-            assert A.choose(d, 32, s, s, 2 * s, 2 * s, *h100, True).name == "wgmma128x128"
+            assert A.choose(d, 32, s, s, 2 * s, 0, *h100, True).name == "wgmma_ws128x128"
+            assert A.choose(d, 32, s, s, 2 * s, 2 * s, *h100, True).name == "wgmma_ws128x128"
     assert A.choose(80, 32, 4096, 4096, 8192, 0, *h100, True).name == "128x64"  # no wgmma instantiation for 80
-    wg = A.WGMMA_CONFIGS[0]
-    assert (wg.bm, wg.threads, wg.smem(128), A.blocks_per_sm(wg, 128, 232448)) == (128, 256, 163840, 1)
+    ws, wg = A.WGMMA_CONFIGS
+    # 3 stages of 128-key K and V at head_dim 128 (224 KiB + 48 bytes of mbarriers), 4 at 64; 384 threads at 168 registers
+    assert (ws.name, ws.bm, ws.threads, ws.ring(128), ws.smem(128), ws.smem(64)) == ("wgmma_ws128x128", 128, 384, 3, 229424, 147520)
+    assert A.blocks_per_sm(ws, 128, 232448) == A.blocks_per_sm(ws, 64, 232448) == 1
+    assert (wg.name, wg.bm, wg.threads, wg.smem(128), A.blocks_per_sm(wg, 128, 232448)) == ("wgmma128x128", 128, 256, 163840, 1)
     monkeypatch.setenv("PYGPUKIT_ATTN_CONFIG", "64x64")
     A.choose.cache_clear()
     assert A.choose(128, 32, 8192, 8192, 16384, 0, *h100).name == "64x64"
     assert A.choose(128, 32, 8192, 8192, 16384, 0, *h100, True).name == "64x64"  # forced off wgmma on SM 90
-    monkeypatch.setenv("PYGPUKIT_ATTN_CONFIG", "wgmma128x128")
-    A.choose.cache_clear()
-    assert A.choose(64, 4, 17, 17, 34, 0, *h100, True).name == "wgmma128x128"
+    for name in ("wgmma128x128", "wgmma_ws128x128"):
+        monkeypatch.setenv("PYGPUKIT_ATTN_CONFIG", name)
+        A.choose.cache_clear()
+        assert A.choose(64, 4, 17, 17, 34, 0, *h100, True).name == name
     with pytest.raises(ValueError, match="128x64, 64x64"):
         A.choose(128, 32, 8192, 8192, 16384, 0, *h100)  # not SM 90
     with pytest.raises(ValueError, match="not one of"):
@@ -260,7 +264,7 @@ def test_kernels_compile_for_sm80_and_sm90(need_nvrtc):
 
 
 def test_wgmma_kernels_compile_for_sm90a(need_nvrtc):
-    """The SM 90 warpgroup kernel (sm_90a only) for each head_dim and dtype."""
+    """The SM 90 warpgroup kernels (sm_90a only: wgmma, setmaxnreg) for each config, head_dim and dtype."""
     for cfg in A.WGMMA_CONFIGS:
         for d in A.WGMMA_DIMS:
             for ct in A._CTYPES.values():
@@ -395,17 +399,17 @@ def test_kernel_matches_torch(rng):
         assert rel_err(got, ref) < 1e-2, (sq, sk, hq, hkv)
 
 
-@pytest.fixture
-def wgmma_forced(monkeypatch):
-    """The wgmma kernel forced (SM 90 only); yields its config."""
+@pytest.fixture(params=A.WGMMA_CONFIGS, ids=lambda c: c.name)
+def wgmma_forced(request, monkeypatch):
+    """Each wgmma kernel forced in turn (SM 90 only); yields its config."""
     from pygpukit import _runtime
 
     if _runtime.get().sm != 90:
-        pytest.skip("the wgmma kernel runs on SM 90 only")
-    monkeypatch.setenv("PYGPUKIT_ATTN_CONFIG", A.WGMMA_CONFIGS[0].name)
+        pytest.skip("the wgmma kernels run on SM 90 only")
+    monkeypatch.setenv("PYGPUKIT_ATTN_CONFIG", request.param.name)
     A.choose.cache_clear()
     A._plans.clear()
-    yield A.WGMMA_CONFIGS[0]
+    yield request.param
     A.choose.cache_clear()
     A._plans.clear()
 

@@ -23,7 +23,7 @@ A query that sees no key gets zeros (torch gives NaN).
 
 The CUDA kernel (kernels/flash_attn.cu, FlashAttention-2 style on tensor
 cores; on SM 90 kernels/flash_attn_wgmma.cu, FlashAttention-3 style on
-warpgroup MMA, for head_dim in WGMMA_DIMS) serves bfloat16 / float16 with
+warpgroup MMA, warp-specialized, for head_dim in WGMMA_DIMS) serves bfloat16 / float16 with
 head_dim in HEAD_DIMS, a positive scale and no ``mask`` argument; everything else (float32, float64, other
 head dims, explicit masks) goes to the reference: an exact softmax in float32
 (float64 for float64), a block of queries at a time so memory stays bounded.
@@ -249,17 +249,20 @@ def _and(a: gp.GPUArray | None, b: gp.GPUArray) -> gp.GPUArray:
 class Config:
     """A tile config of flash_fwd: ``mt`` 16-row tiles per warp, ``warps`` warps
     (BM = 16 * mt * warps query rows per block), ``bn`` keys per K/V tile; with
-    ``wgmma``, of flash_fwd_wgmma (SM 90): warpgroups of 4 warps, 64 rows each."""
+    ``wgmma``, of flash_fwd_wgmma (SM 90): warpgroups of 4 warps, 64 rows each;
+    with ``ws`` too, of flash_fwd_ws: one producer warpgroup (no rows) and a
+    ring of K/V stages (``ring``)."""
 
     mt: int
     warps: int
     bn: int
     throughput: float  # relative rate per resident block (estimated; see CONFIGS)
     wgmma: bool = False
+    ws: bool = False
 
     @property
     def bm(self) -> int:
-        return 16 * self.mt * self.warps
+        return 16 * self.mt * (self.warps - 4 if self.ws else self.warps)
 
     @property
     def threads(self) -> int:
@@ -267,11 +270,24 @@ class Config:
 
     @property
     def name(self) -> str:
-        return f"{'wgmma' if self.wgmma else ''}{self.bm}x{self.bn}"
+        return f"{'wgmma_ws' if self.ws else 'wgmma' if self.wgmma else ''}{self.bm}x{self.bn}"
+
+    @property
+    def regs(self) -> int:
+        """Registers per thread at launch: flash_fwd_ws is compiled to 168 (384
+        threads, one block per SM; setmaxnreg moves them to the consumers)."""
+        return 168 if self.ws else MAX_REGS
+
+    def ring(self, d: int) -> int:
+        """K/V stages of flash_fwd_ws: 3 at head_dim 128 (what fits), 4 below."""
+        return 3 if d > 64 else 4
 
     def smem(self, d: int) -> int:
         """Bytes of shared memory: Q, two K and two V tiles, of rows padded to
-        d + 8 (swizzled instead, unpadded, for wgmma)."""
+        d + 8 (swizzled instead, unpadded, for wgmma); flash_fwd_ws: Q, ``ring``
+        K and V tiles and two 8-byte mbarriers per stage."""
+        if self.ws:
+            return (self.bm + 2 * self.ring(d) * self.bn) * d * 2 + 16 * self.ring(d)
         return (self.bm + 4 * self.bn) * (d if self.wgmma else d + 8) * 2
 
 
@@ -283,7 +299,10 @@ CONFIGS = (Config(2, 4, 64, 1.0), Config(1, 4, 64, 0.8))
 # SM 90: two warpgroups (128 rows), 128-key tiles, one block per SM (~250
 # registers per thread). 2.8 per block = 1.4x the two 128x64 blocks of an SM
 # (the estimate: ~450 vs ~320 TFLOP/s), to be replaced by a measurement.
-WGMMA_CONFIGS = (Config(1, 8, 128, 2.8, wgmma=True),)
+# flash_fwd_ws (warp-specialized, intra-warpgroup overlap and ping-pong of
+# the two consumers): 3.6 = an estimated ~1.3x flash_fwd_wgmma (~520 vs ~400
+# TFLOP/s), so it is preferred wherever both fit; to be replaced by a measurement.
+WGMMA_CONFIGS = (Config(1, 12, 128, 3.6, wgmma=True, ws=True), Config(1, 8, 128, 2.8, wgmma=True))
 WGMMA_DIMS = (64, 128)  # head dims flash_fwd_wgmma is instantiated for
 REGS_PER_SM = 65536
 MAX_REGS = 256  # the kernels use up to 255 registers per thread
@@ -292,7 +311,7 @@ MAX_REGS = 256  # the kernels use up to 255 registers per thread
 def blocks_per_sm(cfg: Config, d: int, smem_optin: int) -> int:
     """Resident blocks per SM: bounded by registers and shared memory (the
     per-SM pool is the per-block opt-in limit plus 1 KiB, with 1 KiB reserved per block)."""
-    return min(REGS_PER_SM // (MAX_REGS * cfg.threads), (smem_optin + 1024) // (cfg.smem(d) + 1024))
+    return min(REGS_PER_SM // (cfg.regs * cfg.threads), (smem_optin + 1024) // (cfg.smem(d) + 1024))
 
 
 def key_tiles(cfg: Config, sq: int, sk: int, left: int, right: int) -> list[int]:
@@ -313,7 +332,7 @@ def choose(d: int, bh: int, sq: int, sk: int, left: int, right: int, sms: int, s
     (blocks are issued longest first, so the longest ones do not trail); None
     when none fits the shared memory. The wgmma configs compete on SM 90
     (``sm90``) for head_dim in WGMMA_DIMS. ``PYGPUKIT_ATTN_CONFIG`` (e.g.
-    ``64x64``, ``wgmma128x128``) forces one."""
+    ``64x64``, ``wgmma128x128``, ``wgmma_ws128x128``) forces one."""
     pool = CONFIGS + (WGMMA_CONFIGS if sm90 and d in WGMMA_DIMS else ())
     fits = [c for c in pool if c.smem(d) <= smem_optin]
     forced = os.environ.get("PYGPUKIT_ATTN_CONFIG")
@@ -343,7 +362,15 @@ _PARAMS = struct.Struct("@PPPPPiiiiqqiqqiqqiqqifii")  # _SIGNATURE in the CUDA A
 
 @functools.cache
 def _kernel(d: int, cfg: Config, ctype: str) -> Any:
-    if cfg.wgmma:  # sm_90a: runs on SM 90 only
+    if cfg.ws:  # sm_90a: runs on SM 90 only
+        return gp.jit(
+            _kernels.source("flash_attn_wgmma"),
+            f"pgk::attn::flash_fwd_ws<{d}, {cfg.bn}, {cfg.ring(d)}, {ctype}>",
+            signature=_SIGNATURE,
+            name="flash_attn_wgmma.cu",
+            arch_suffix="a",
+        )
+    if cfg.wgmma:  # sm_90a too
         return gp.jit(
             _kernels.source("flash_attn_wgmma"),
             f"pgk::attn::flash_fwd_wgmma<{d}, {cfg.warps // 4}, {cfg.bn}, {ctype}>",

@@ -175,11 +175,12 @@ __device__ __forceinline__ float wg_neg_inf() { return __int_as_float(0xff800000
 // g is a readable address). Thread x copies chunk x % CH of rows x / CH +
 // RSTEP i; RSTEP is a multiple of 8, so r & 7 and the swizzled column are
 // the same for all of a thread's rows.
+// `tid` in [0, THREADS) is the thread's index among the loading threads.
 template <int ROWS, int D, int THREADS, class T>
-__device__ __forceinline__ void wg_load_tile(unsigned s, const T* g, int ld, int valid) {
+__device__ __forceinline__ void wg_load_tile(unsigned s, const T* g, int ld, int valid, int tid) {
   constexpr int CH = D / 8, RSTEP = THREADS / CH, N = ROWS / RSTEP;
   static_assert(THREADS % CH == 0 && ROWS % RSTEP == 0 && RSTEP % 8 == 0, "whole 8-row swizzle groups per pass");
-  const int r0 = threadIdx.x / CH, c = threadIdx.x % CH;
+  const int r0 = tid / CH, c = tid % CH;
   const T* p = g + (r0 * ld + c * 8);
   const unsigned d = s + (c >> 3) * (ROWS * 128) + r0 * 128 + (((c & 7) ^ (r0 & 7)) << 4);
 #pragma unroll
@@ -228,9 +229,9 @@ flash_fwd_wgmma(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
   for (int i = 0; i < D / 2; ++i) o[i] = 0.0f;
 
   if (n_begin < n_end) {  // uniform over the block
-    wg_load_tile<BM, D, THREADS>(smem + kQ, Qp, qs, Sq - m0);
-    wg_load_tile<BN, D, THREADS>(smem + kK, Kp + static_cast<long long>(n_begin * BN) * ks, ks, Lk - n_begin * BN);
-    wg_load_tile<BN, D, THREADS>(smem + kV, Vp + static_cast<long long>(n_begin * BN) * vs, vs, Lk - n_begin * BN);
+    wg_load_tile<BM, D, THREADS>(smem + kQ, Qp, qs, Sq - m0, threadIdx.x);
+    wg_load_tile<BN, D, THREADS>(smem + kK, Kp + static_cast<long long>(n_begin * BN) * ks, ks, Lk - n_begin * BN, threadIdx.x);
+    wg_load_tile<BN, D, THREADS>(smem + kV, Vp + static_cast<long long>(n_begin * BN) * vs, vs, Lk - n_begin * BN, threadIdx.x);
     wg_cp_async_commit();
 
     for (int nb = n_begin; nb < n_end; ++nb) {
@@ -240,8 +241,8 @@ flash_fwd_wgmma(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
       fence_proxy_async();     // ... visible to the async proxy wgmma reads through
       __syncthreads();         // ... for every thread; every warpgroup is done with tile nb - 1
       if (nb + 1 < n_end) {
-        wg_load_tile<BN, D, THREADS>(smem + kK + next, Kp + static_cast<long long>(n0 + BN) * ks, ks, Lk - n0 - BN);
-        wg_load_tile<BN, D, THREADS>(smem + kV + next, Vp + static_cast<long long>(n0 + BN) * vs, vs, Lk - n0 - BN);
+        wg_load_tile<BN, D, THREADS>(smem + kK + next, Kp + static_cast<long long>(n0 + BN) * ks, ks, Lk - n0 - BN, threadIdx.x);
+        wg_load_tile<BN, D, THREADS>(smem + kV + next, Vp + static_cast<long long>(n0 + BN) * vs, vs, Lk - n0 - BN, threadIdx.x);
       }
       wg_cp_async_commit();
 
@@ -319,6 +320,334 @@ flash_fwd_wgmma(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
       wgmma_wait_all();
     }
     wg_cp_async_wait_all();
+  }
+
+  // O / l for the block's rows < Sq; zeros where no key was visible.
+  T* Op = O + b * ob + h * oh;
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    float l = lrow[hh];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    const int row = m0 + row0 + 8 * hh;
+    if (row >= Sq) continue;
+    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+    T* out = Op + static_cast<long long>(row) * os + 2 * t4;
+#pragma unroll
+    for (int j = 0; j < D / 8; ++j) {
+      Vec<T, 2> pair;
+      pair.v[0] = T(l > 0.0f ? o[4 * j + 2 * hh] * inv : 0.0f);
+      pair.v[1] = T(l > 0.0f ? o[4 * j + 2 * hh + 1] * inv : 0.0f);
+      *reinterpret_cast<Vec<T, 2>*>(out + 8 * j) = pair;
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
+// flash_fwd_ws: the same contract, warp-specialized (FlashAttention-3's
+// schedule with cp.async in place of TMA). A block of 3 warpgroups (384
+// threads) owns BM = 128 query rows: warpgroup 0 is the producer, 1 and 2
+// are consumers of 64 rows each (consumer c = warpgroup - 1, rows 64 c..).
+//   Producer: setmaxnreg.dec to 40 registers; its 128 threads cp.async the K
+//     and V tiles of every key tile of the block into a ring of STAGES
+//     stages and signal each stage through an mbarrier.
+//   Consumers: setmaxnreg.inc to 232 registers (128 * 40 + 256 * 232 =
+//     64512 <= 65536 = 384 * 168, the launch allocation). Each loads its own
+//     64 rows of Q, then per key tile j (intra-warpgroup overlap):
+//       issue S_j = Q K_j^T and O += P_{j-1} V_{j-1} (two commit groups);
+//       wait_group 1 (S_j done), masks and softmax of S_j while the P V
+//       wgmmas run; wait_group 0; release stage j - 1; O *= alpha_j;
+//       P_j = pack(S_j).
+//     The two consumers take turns issuing (ping-pong), so one's softmax
+//     runs under the other's GEMMs.
+//
+// Synchronization protocol (tile i = key tile n_begin + i, i < nt; stage
+// s = i % STAGES, its use k = i / STAGES):
+//   full[s]  (mbarrier, count 128): each producer thread issues its cp.asyncs
+//     of tile i into stage s, then cp.async.mbarrier.arrive.noinc on full[s]
+//     (the arrive fires when those copies have landed; noinc: the 128 are
+//     the init count). Phase k of full[s] completes when tile i landed.
+//     Consumers wait try_wait.parity(full[s], k & 1), then
+//     fence.proxy.async (the cp.async writes are generic-proxy writes that
+//     wgmma reads through the async proxy; the fence lies on the causality
+//     path write -> mbarrier -> wait -> fence -> wgmma).
+//   empty[s] (mbarrier, count 8 = consumer warps): after its wait_group 0
+//     that retires the P V wgmmas of tile i (the last reader of stage s),
+//     lane 0 of every consumer warp arrives on empty[s]. Phase k of empty[s]
+//     completes when both consumers released tile i. Before loading tile
+//     i >= STAGES the producer waits try_wait.parity(empty[s], (k - 1) & 1)
+//     (the release of tile i - STAGES). The last tile is never released
+//     (nothing waits for it).
+//   Q: each consumer cp.asyncs its own rows, cp.async.wait_all,
+//     fence.proxy.async, bar.sync (1 + c, 128) within its warpgroup.
+//   Ping-pong (named barriers 3 and 4, 256 threads): consumer c has nt + 1
+//     issue points (S_0; S_i + P_{i-1} V_{i-1} for 0 < i < nt; P_{nt-1}
+//     V_{nt-1}); before each it bar.syncs on 3 + c, after it bar.arrives on
+//     4 - c. Consumer 1 arrives once on 3 at the start and skips its last
+//     arrive, so both barriers see as many arrives as syncs (nt is the same
+//     for both consumers: the key range is the block's).
+//   Deadlock freedom: waiting full(i) needs the release of tile i - STAGES,
+//     which either consumer does right after issue point i - STAGES + 1 <
+//     i - 1 and waits on nothing after issuing; turns alternate, so with
+//     STAGES >= 2 nothing waits in a cycle.
+// mbarrier.init by thread 0, then fence.mbarrier_init and __syncthreads
+// (the only block-wide barrier: the producer exits the main path early).
+__device__ __forceinline__ void mbar_init(unsigned a, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(a), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(unsigned a) {
+  asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(a) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(unsigned a, unsigned parity) {
+  unsigned ok = 0;
+  do {
+    asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+                 : "=r"(ok)
+                 : "r"(a), "r"(parity)
+                 : "memory");
+  } while (!ok);
+}
+__device__ __forceinline__ void cp_async_mbar_arrive_noinc(unsigned a) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared.b64 [%0];\n" ::"r"(a) : "memory");
+}
+__device__ __forceinline__ void named_sync(int id, int n) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
+__device__ __forceinline__ void named_arrive(int id, int n) { asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+// Pins registers in program order relative to the volatile wgmma asm: keeps
+// the compiler from moving their reads or writes across an issue or a wait.
+template <int N>
+__device__ __forceinline__ void reg_fence(float (&x)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(x[i])::"memory");
+}
+template <int N>
+__device__ __forceinline__ void reg_fence(unsigned (&x)[N][4]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) asm volatile("" : "+r"(x[i][j])::"memory");
+}
+
+// Masks of key tile n0 (as flash_fwd_wgmma), then the online softmax: s
+// becomes P = exp2(s c - m c), the running max and sums move, alpha[hh] is
+// the factor O's rows must be scaled by (1 where the max did not move).
+template <int BN, int BM>
+__device__ __forceinline__ void ws_softmax(float (&s)[BN / 2], float (&mrow)[2], float (&lrow)[2], float (&alpha)[2],
+                                           int n0, int m0, int row0, int t4, int off, int left, int right, int Lk,
+                                           float scale_log2) {
+  const bool full = n0 + BN <= Lk && n0 + BN - 1 <= m0 + off + right && n0 >= m0 + BM - 1 + off - left;
+  if (!full) {
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const int i = m0 + row0 + 8 * hh + off;
+      const int jlo = i - left, jhi = min(i + right, Lk - 1);
+#pragma unroll
+      for (int j = 0; j < BN / 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int key = n0 + 8 * j + 2 * t4 + e;
+          if (key < jlo || key > jhi) s[4 * j + 2 * hh + e] = wg_neg_inf();
+        }
+    }
+  }
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    float mx = mrow[hh];
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j) mx = fmaxf(mx, fmaxf(s[4 * j + 2 * hh], s[4 * j + 2 * hh + 1]));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const float msc = mx == wg_neg_inf() ? 0.0f : mx * scale_log2;
+    alpha[hh] = mx != mrow[hh] ? wg_exp2(mrow[hh] * scale_log2 - msc) : 1.0f;
+    mrow[hh] = mx;
+    float sum = 0.0f;
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const float p = wg_exp2(s[4 * j + 2 * hh + e] * scale_log2 - msc);
+        s[4 * j + 2 * hh + e] = p;
+        sum += p;
+      }
+    lrow[hh] = lrow[hh] * alpha[hh] + sum;
+  }
+}
+
+// wg_load_tile for the producer's 128 threads in few registers (it runs
+// under setmaxnreg 40): one pointer and one shared address stepped per row
+// pass instead of a precomputed address per pass.
+template <int ROWS, int D, class T>
+__device__ __forceinline__ void ws_load_tile(unsigned s, const T* g, int ld, int valid, int tid) {
+  constexpr int CH = D / 8, RSTEP = 128 / CH, N = ROWS / RSTEP;
+  static_assert(ROWS % RSTEP == 0 && RSTEP % 8 == 0, "whole 8-row swizzle groups per pass");
+  const int r0 = tid / CH, c = tid % CH;
+  const T* p = g + (r0 * ld + c * 8);
+  unsigned d = s + (c >> 3) * (ROWS * 128) + r0 * 128 + (((c & 7) ^ (r0 & 7)) << 4);
+  int rows_left = valid - r0;
+#pragma unroll 4
+  for (int i = 0; i < N; ++i) {
+    wg_cp_async16(d, rows_left > 0 ? p : g, rows_left > 0);
+    p += RSTEP * ld, d += RSTEP * 128, rows_left -= RSTEP;
+  }
+}
+
+template <int D, int BN, int STAGES, class T>
+__global__ void __launch_bounds__(384, 1)
+flash_fwd_ws(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V, T* __restrict__ O,
+             const int* __restrict__ kv_lens, int Hq, int group, int Sq, int Sk, long long qb, long long qh, int qs,
+             long long kb, long long kh, int ks, long long vb, long long vh, int vs, long long ob, long long oh, int os,
+             float scale_log2, int left, int right) {
+  static_assert(D == 64 || D == 128, "head_dim 64 or 128");
+  static_assert(BN == 64 || BN == 128, "64 or 128 keys per tile");
+  static_assert(STAGES >= 2, "a ring of at least 2 stages");
+  constexpr int BM = 128, KD = D / 16;
+  // Shared bytes: two Q tiles of 64 rows (one per consumer), then STAGES x
+  // (K tile, V tile) of BN rows, then full[STAGES] and empty[STAGES]
+  // mbarriers; every tile and panel offset is a multiple of 1024.
+  constexpr unsigned kQTile = 64 * D * 2, kKV = 2 * kQTile, kBuf = BN * D * 2, kStage = 2 * kBuf;
+  constexpr unsigned kFull = kKV + STAGES * kStage, kEmpty = kFull + 8 * STAGES;
+  constexpr unsigned kPanelQ = 64 * 128, kPanelKV = BN * 128;
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  const unsigned smem = wg_smem_addr(smem_raw);
+
+  const int tiles = (Sq + BM - 1) / BM;
+  const int m0 = (tiles - 1 - static_cast<int>(blockIdx.y)) * BM;  // longest first
+  const int b = blockIdx.x / Hq, h = blockIdx.x % Hq, hk = h / group;
+  const int Lk = kv_lens ? min(max(kv_lens[b], 0), Sk) : Sk;
+  const int off = Sk - Sq;
+  const int m_last = min(m0 + BM, Sq) - 1;
+  const int lo = max(m0 + off - left, 0);
+  const int hi = min(m_last + off + right + 1, Lk);
+  const int n_begin = lo / BN, nt = hi > lo ? (hi + BN - 1) / BN - n_begin : 0;
+  const int wg = threadIdx.x >> 7;
+
+  if (threadIdx.x == 0) {
+#pragma unroll
+    for (int i = 0; i < STAGES; ++i) {
+      mbar_init(smem + kFull + 8 * i, 128);
+      mbar_init(smem + kEmpty + 8 * i, 8);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+
+  if (wg == 0) {  // producer
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
+    const T* Kp = K + b * kb + hk * kh;
+    const T* Vp = V + b * vb + hk * vh;
+    for (int i = 0; i < nt; ++i) {
+      const int s = i % STAGES, n0 = (n_begin + i) * BN;
+      if (i >= STAGES) mbar_wait(smem + kEmpty + 8 * s, ((i / STAGES) - 1) & 1);
+      ws_load_tile<BN, D>(smem + kKV + s * kStage, Kp + static_cast<long long>(n0) * ks, ks, Lk - n0, threadIdx.x);
+      ws_load_tile<BN, D>(smem + kKV + s * kStage + kBuf, Vp + static_cast<long long>(n0) * vs, vs, Lk - n0, threadIdx.x);
+      cp_async_mbar_arrive_noinc(smem + kFull + 8 * s);
+    }
+    wg_cp_async_wait_all();  // exit with no copy in flight
+    return;
+  }
+
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
+  const int c = wg - 1, ctid = threadIdx.x & 127, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
+  const int row0 = c * 64 + (ctid >> 5) * 16 + g;  // this thread's rows: row0 and row0 + 8 of the block
+  const unsigned sq = smem + c * kQTile;
+
+  float o[D / 2];
+  float mrow[2] = {wg_neg_inf(), wg_neg_inf()}, lrow[2] = {0.0f, 0.0f};
+#pragma unroll
+  for (int i = 0; i < D / 2; ++i) o[i] = 0.0f;
+
+  if (nt > 0) {  // uniform over the block
+    {
+      const int valid = Sq - m0 - 64 * c;  // <= 0: every row zero-filled from a readable row
+      const T* Qp = Q + b * qb + h * qh + static_cast<long long>(m0 + (valid > 0 ? 64 * c : 0)) * qs;
+      wg_load_tile<64, D, 128>(sq, Qp, qs, valid, ctid);
+      wg_cp_async_commit();
+      wg_cp_async_wait_all();
+      fence_proxy_async();
+      named_sync(1 + c, 128);
+    }
+    if (c == 1) named_arrive(3, 256);  // consumer 0 issues first
+
+    float s[BN / 2], alpha[2];
+    unsigned pa[BN / 16][4];
+    // S_i = Q K_i^T into s (issue only): k16 step kk is 32 bytes into panel kk / 4.
+    auto issue_s = [&](int i) {
+      const unsigned kbase = smem + kKV + (i % STAGES) * kStage;
+#pragma unroll
+      for (int kk = 0; kk < KD; ++kk) {
+        const unsigned kof = (kk & 3) * 32;
+        wgmma_ss<BN, T>(s, sw128_desc(sq + (kk >> 2) * kPanelQ + kof, 0, 1024),
+                        sw128_desc(kbase + (kk >> 2) * kPanelKV + kof, 0, 1024), kk > 0);
+      }
+      wgmma_commit();
+    };
+    // O += P_i V_i (issue only): V's k16 step kk is 16 keys (2048 bytes) further.
+    auto issue_pv = [&](int i) {
+      const unsigned vbase = smem + kKV + (i % STAGES) * kStage + kBuf;
+#pragma unroll
+      for (int kk = 0; kk < BN / 16; ++kk) wgmma_rs<D, T>(o, pa[kk], sw128_desc(vbase + kk * 2048, kPanelKV, 1024));
+      wgmma_commit();
+    };
+    auto pack_p = [&]() {
+#pragma unroll
+      for (int kk = 0; kk < BN / 16; ++kk)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) pa[kk][i] = wg_pack2<T>(s[8 * kk + 2 * i], s[8 * kk + 2 * i + 1]);
+    };
+    auto wait_full = [&](int i) {
+      mbar_wait(smem + kFull + 8 * (i % STAGES), (i / STAGES) & 1);
+      fence_proxy_async();
+    };
+
+    // Issue point 0: S_0.
+    wait_full(0);
+    named_sync(3 + c, 256);
+    wgmma_fence();
+    issue_s(0);
+    named_arrive(4 - c, 256);
+    wgmma_wait<0>();
+    reg_fence(s);
+    ws_softmax<BN, BM>(s, mrow, lrow, alpha, n_begin * BN, m0, row0, t4, off, left, right, Lk, scale_log2);
+    pack_p();  // O is 0: no rescale
+
+    for (int i = 1; i < nt; ++i) {  // issue point i: S_i and P_{i-1} V_{i-1}
+      wait_full(i);
+      named_sync(3 + c, 256);
+      reg_fence(o);
+      reg_fence(pa);
+      wgmma_fence();
+      issue_s(i);
+      issue_pv(i - 1);
+      named_arrive(4 - c, 256);  // consumer 1's last point is nt, after the loop
+      wgmma_wait<1>();           // S_i done; the P V wgmmas may still run
+      reg_fence(s);
+      ws_softmax<BN, BM>(s, mrow, lrow, alpha, (n_begin + i) * BN, m0, row0, t4, off, left, right, Lk, scale_log2);
+      wgmma_wait<0>();  // P_{i-1} V_{i-1} done: stage (i - 1) % STAGES is free, o and pa may be touched
+      reg_fence(o);
+      reg_fence(pa);
+      reg_fence(s);
+      if (lane == 0) mbar_arrive(smem + kEmpty + 8 * ((i - 1) % STAGES));
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh)
+        if (__any_sync(0xffffffffu, alpha[hh] != 1.0f)) {
+#pragma unroll
+          for (int j = 0; j < D / 8; ++j) o[4 * j + 2 * hh] *= alpha[hh], o[4 * j + 2 * hh + 1] *= alpha[hh];
+        }
+      pack_p();
+    }
+
+    // Issue point nt: P_{nt-1} V_{nt-1}.
+    named_sync(3 + c, 256);
+    reg_fence(o);
+    reg_fence(pa);
+    wgmma_fence();
+    issue_pv(nt - 1);
+    if (c == 0) named_arrive(4, 256);
+    wgmma_wait<0>();
+    reg_fence(o);
   }
 
   // O / l for the block's rows < Sq; zeros where no key was visible.
