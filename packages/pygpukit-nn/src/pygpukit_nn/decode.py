@@ -1,5 +1,232 @@
-"""(being written)"""
+"""Decode attention: 1 to 8 new query tokens per sequence against a KV cache
+(``KVCache`` or ``PagedKVCache``, kv_cache.py), GQA / MQA / MHA.
+
+``decode_attention(q, cache, layer)`` takes q (B, Tq, Hq, D) whose Tq tokens
+are already appended to the layer (they are each sequence's last Tq tokens:
+causal among themselves, aligned bottom-right). Query t of a sequence of
+length L sits at position L - Tq + t and attends to keys j <= L - Tq + t,
+with ``window`` w only to the last w of them (j > position - w); query head
+h uses KV head h // (Hq / Hkv). The softmax is in float32 and the output, in
+q's dtype, is rounded once; a query with no visible key gives zeros.
+
+The CUDA kernel (kernels/decode_attn.cu) reads each K/V byte once for all the
+query heads of its KV head, splits long sequences over blocks (split-K: the
+splits fill the SMs BLOCKS_PER_SM times in one wave, each block's slice cut
+on the device from the sequence's length) and merges the slices' partial
+softmaxes in float32, in split order: results do not depend on timing. Its
+launch is planned once per call signature.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import struct
+from typing import Any
+
+import numpy as np
+
+import pygpukit as gp
+from pygpukit import _runtime
+from pygpukit.streams import current_stream_handle
+
+from . import _dispatch, _kernels
+from .kv_cache import _CTYPES, _F8, HEAD_DIMS, Layout, _Cache, _cache_arrays_ok, _lengths_host, _sig, cache_rows, check_cache, dequantize
+
+MAX_TOKENS = 8  # query tokens per sequence the op takes
+ROWS_MAX = 4  # query rows (tokens x query heads of a KV head) per block; more go to several blocks
+BLOCKS_PER_SM = 3  # blocks resident per SM: the kernel's launch bounds keep it at <= 168 registers for 3
+MIN_SPLIT_STEPS = 2  # a split reads at least this many block steps of keys
+MAX_SPLITS = 128
+WARPS = 4  # kDecodeWarps in decode_attn.cu
+_HALF = (np.dtype(gp.bfloat16), np.dtype(gp.float16))
+_FLOATS = (*_HALF, np.dtype(np.float32), np.dtype(np.float64))
+_LOG2E = 1.4426950408889634
+
+OP_DOC = """decode_attention(q, k_cache, v_cache, lengths, block_table, k_scale, v_scale, max_len, scale, window):
+attention of q (B, Tq, Hq, D), Tq 1..8, over one layer's cache arrays (see
+kv_cache.check_cache); max_len bounds the lengths (None: read from the
+device), scale defaults to 1 / sqrt(D), window (None: all) keeps the last
+``window`` keys of each query. Returns (B, Tq, Hq, D) in q's dtype."""
 
 
-def register(registry):
-    pass
+def decode_attention(q: gp.GPUArray, cache: _Cache, layer: int = 0, scale: float | None = None, window: int | None = None) -> gp.GPUArray:
+    """Attention of q (batch, Tq, num_heads, head_dim), 1 <= Tq <= 8 new tokens
+    already appended to ``cache`` (a KVCache or PagedKVCache) at ``layer``,
+    over each sequence's cached keys and values. num_heads must be a multiple
+    of the cache's num_kv_heads (GQA); ``scale`` defaults to 1 / sqrt(head_dim);
+    ``window`` keeps only the last ``window`` keys of each query (sliding-window
+    attention). Returns (batch, Tq, num_heads, head_dim) in q's dtype."""
+    if not isinstance(cache, _Cache):
+        raise TypeError(f"decode_attention: cache must be a KVCache or PagedKVCache, got {type(cache).__name__}")
+    i = cache._layer(layer)
+    return _dispatch.op("decode_attention")(q, *cache._args[i], cache._top[i], scale, window)
+
+
+# -- checks --------------------------------------------------------------------------
+
+
+def _check_decode(q: Any, k_cache: Any, v_cache: Any, lengths: Any, block_table: Any, k_scale: Any, v_scale: Any, max_len: Any,
+                  scale: Any, window: Any) -> tuple[Layout, int, int, float, int]:  # fmt: skip
+    """Returns (layout, Tq, Hq, scale, window (0: none))."""
+    op = "decode_attention"
+    if not isinstance(q, gp.GPUArray):
+        raise TypeError(f"{op}: q must be a GPUArray, got {type(q).__name__}")
+    if q.dtype not in _FLOATS:
+        raise TypeError(f"{op}: q must be float16, bfloat16, float32 or float64, got {q.dtype}")
+    if q.ndim != 4 or not 1 <= q.shape[1] <= MAX_TOKENS:
+        raise ValueError(f"{op}: q must be (batch, tokens, heads, head_dim) with 1 to {MAX_TOKENS} tokens, got shape {q.shape}")
+    lay = check_cache(op, k_cache, v_cache, lengths, block_table, k_scale, v_scale)
+    b, tq, hq, d = q.shape
+    if d != lay.head_dim:
+        raise ValueError(f"{op}: q has head_dim {d}, the cache {lay.head_dim}")
+    if hq % lay.heads:
+        raise ValueError(f"{op}: the {hq} query heads are not a multiple of the cache's {lay.heads} KV heads")
+    if b != lay.batch:
+        raise ValueError(f"{op}: q has batch {b}, the cache {lay.batch}")
+    if max_len is not None and (isinstance(max_len, bool) or not isinstance(max_len, (int, np.integer)) or max_len < 0):
+        raise ValueError(f"{op}: max_len must be None or a non-negative int, got {max_len!r}")
+    if scale is None:
+        scale = 1.0 / math.sqrt(d)
+    elif isinstance(scale, bool) or not isinstance(scale, (int, float, np.floating)) or not (0 < scale < math.inf):
+        raise ValueError(f"{op}: scale must be a positive finite number or None, got {scale!r}")
+    if window is None:
+        window = 0
+    elif isinstance(window, bool) or not isinstance(window, (int, np.integer)) or window < 1:
+        raise ValueError(f"{op}: window must be None or a positive int, got {window!r}")
+    return lay, tq, hq, float(scale), int(window)
+
+
+# -- reference (any backend) -------------------------------------------------------------
+
+
+def reference_decode_attention(q: Any, k_cache: Any, v_cache: Any, lengths: Any, block_table: Any, k_scale: Any, v_scale: Any,
+                               max_len: Any = None, scale: Any = None, window: Any = None) -> gp.GPUArray:  # fmt: skip
+    """Each sequence's rows gathered (dequantized), scores, a float32 (float64
+    for float64 q) softmax under the causal / window mask, times V."""
+    lay, tq, hq, sc, win = _check_decode(q, k_cache, v_cache, lengths, block_table, k_scale, v_scale, max_len, scale, window)
+    cdt = gp.float64 if q.dtype == np.float64 else gp.float32
+    heads, d = lay.heads, lay.head_dim
+    g = hq // heads
+    out = gp.zeros(q.shape, cdt)
+    for b, n in enumerate(_lengths_host(lengths, lay).tolist()):
+        if n <= 0:
+            continue
+        kr, vr = cache_rows(k_cache, v_cache, block_table, b, n, lay)
+        k, v = dequantize(kr, k_scale, cdt), dequantize(vr, v_scale, cdt)  # (Hkv, n, D)
+        qb = q[b].astype(cdt).reshape(tq, heads, g, d).transpose(1, 0, 2, 3).reshape(heads, tq * g, d)  # rows (t, g)
+        s = gp.matmul(qb, k.transpose(0, 2, 1)) * sc
+        pos = (n - tq + np.arange(tq)).repeat(g)[:, None]
+        j = np.arange(n)[None, :]
+        mask = gp.from_numpy((j <= pos) & ((j > pos - win) if win else True))
+        p = gp.where(mask, gp.softmax(gp.where(mask, s, -np.inf), axis=-1), 0.0)  # a row with no visible key: zeros
+        out[b] = gp.matmul(p, v).reshape(heads, tq, g, d).transpose(1, 0, 2, 3).reshape(tq, hq, d)
+    return out.astype(q.dtype)
+
+
+# -- CUDA kernel ---------------------------------------------------------------------------
+
+
+@functools.cache
+def _kernel(t: str, kt: str, d: int, rows: int, paged: bool) -> Any:
+    return gp.jit(
+        _kernels.source("decode_attn"),
+        f"pgk::decode_attn<{t}, {kt}, {d}, {rows}, {'true' if paged else 'false'}>",
+        signature="const void* q, void* out, const void* kc, const void* vc, const int* lengths, const int* table, "
+        "const float* k_scale, const float* v_scale, float* part, int* counters, int Hq, int Hkv, int Tq, int chunks, int splits, "
+        "int cap, int block_shift, int table_width, int window, float qk_scale",
+        name="decode_attn.cu",
+    )
+
+
+def block_step(head_dim: int, fp8: bool) -> int:
+    """Keys a block reads per step (STEP in decode_attn.cu)."""
+    lanes = 8 if head_dim // 8 <= 8 else (16 if head_dim // 8 <= 16 else 32)
+    return WARPS * (32 // lanes) * (6 if fp8 else 4)
+
+
+def launch_shape(batch: int, heads: int, q_heads: int, tokens: int, keys: int, step: int, sms: int) -> tuple[int, int, int]:
+    """(chunks, rows per block, splits): the G * Tq query rows of a KV head in
+    chunks of at most ROWS_MAX, and as many splits of the ``keys`` (the longest
+    visible range) as fill the SMs BLOCKS_PER_SM times in one wave (a block
+    more would wait for a second one), each at least MIN_SPLIT_STEPS steps long."""
+    r = q_heads // heads * tokens
+    chunks = -(-r // ROWS_MAX)
+    rows = -(-r // chunks)
+    want = BLOCKS_PER_SM * sms // (batch * heads * chunks)
+    most = -(-keys // (MIN_SPLIT_STEPS * step))
+    return chunks, rows, max(1, min(want, most, MAX_SPLITS))
+
+
+_PARAMS = struct.Struct("@10P9if")
+
+# Launches planned by call signature -> (function, grid x, y (KV heads), z (batch), splits, partial floats, counters,
+# the kernel's int arguments, qk scale).
+_plans: dict[tuple, tuple] = {}
+# Split counters per stream (zero between launches: the last block of each group resets its own).
+_counters: dict[int, gp.GPUArray] = {}
+
+
+def _plan(q: Any, k_cache: Any, v_cache: Any, lengths: Any, block_table: Any, k_scale: Any, v_scale: Any, max_len: Any, scale: Any,
+          window: Any, keys: int) -> tuple:  # fmt: skip
+    lay, tq, hq, sc, win = _check_decode(q, k_cache, v_cache, lengths, block_table, k_scale, v_scale, max_len, scale, window)
+    rt = _runtime.get()
+    chunks, rows, splits = launch_shape(lay.batch, lay.heads, hq, tq, keys, block_step(lay.head_dim, lay.fp8),
+                                        rt.props["multiprocessor_count"])  # fmt: skip
+    kern = _kernel(_CTYPES[q.dtype], _CTYPES[k_cache.dtype], lay.head_dim, rows, lay.paged)
+    part = 0 if splits == 1 else lay.batch * tq * hq * splits * (lay.head_dim + 2)
+    ints = (hq, lay.heads, tq, chunks, splits, lay.cap, lay.block_shift, lay.table_width, win)
+    return kern._function(rt), splits * chunks, lay.heads, lay.batch, splits, part, lay.batch * lay.heads * chunks, ints, sc * _LOG2E
+
+
+def kernel_decode_attention(q: Any, k_cache: Any, v_cache: Any, lengths: Any, block_table: Any, k_scale: Any, v_scale: Any,
+                            max_len: Any = None, scale: Any = None, window: Any = None) -> gp.GPUArray:  # fmt: skip
+    if max_len is None:
+        n = int(lengths.to_numpy().max(initial=0))  # a synchronization: the cache objects pass their host mirror's
+    elif isinstance(max_len, (int, np.integer)) and not isinstance(max_len, bool) and max_len >= 0:
+        n = int(max_len)
+    else:
+        _check_decode(q, k_cache, v_cache, lengths, block_table, k_scale, v_scale, max_len, scale, window)  # raises
+    if window is not None and not isinstance(window, bool) and isinstance(window, (int, np.integer)) and window > 0:
+        n = min(n, window + q.shape[1] - 1)
+    keys = 1 << max(n - 1, 0).bit_length()  # plans by the power of two above: splits stay put as sequences grow
+    # the predicate checked the cache arrays' contiguity and alignment each call; q is copied below if it must be
+    key = (q._shape, q._dtype, k_cache._shape, k_cache._dtype, v_cache._shape, v_cache._dtype, lengths._shape, lengths._dtype,
+           _sig(block_table), _sig(k_scale), _sig(v_scale), scale, window, keys)  # fmt: skip
+    plan = _plans.get(key)
+    if plan is None:
+        plan = _plans[key] = _plan(q, k_cache, v_cache, lengths, block_table, k_scale, v_scale, max_len, scale, window, keys)
+    fn, gx, gy, gz, splits, part_n, count_n, ints, qk = plan
+    if not q._contig or q._ptr % 16:
+        q = q.copy()
+    stream = current_stream_handle()
+    out = gp.GPUArray._empty(q._shape, q._dtype, stream)
+    part = counters = None
+    if splits > 1:
+        part = gp.GPUArray._empty((part_n,), np.dtype(np.float32), stream)
+        counters = _counters.get(stream)
+        if counters is None or counters._size < count_n:
+            counters = _counters[stream] = gp.zeros((max(count_n, 1024),), gp.int32)
+    params = _PARAMS.pack(
+        q._ptr, out._ptr, k_cache._ptr, v_cache._ptr, lengths._ptr, 0 if block_table is None else block_table._ptr,
+        0 if k_scale is None else k_scale._ptr, 0 if v_scale is None else v_scale._ptr,
+        0 if part is None else part._ptr, 0 if counters is None else counters._ptr, *ints, qk,
+    )  # fmt: skip
+    _runtime.get().native.launch(fn, gx, gy, gz, WARPS * 32, 1, 1, 0, stream, params)
+    return out
+
+
+def _decode_applies(q: Any, k_cache: Any, v_cache: Any, lengths: Any, block_table: Any, *rest: Any) -> bool:
+    """The kernel: bf16 / fp16 q over a cache of its dtype or fp8, contiguous cache arrays, a head_dim it is built for."""
+    return (
+        q.dtype in _HALF and _cache_arrays_ok(k_cache, v_cache, lengths, block_table) and k_cache.dtype in (q.dtype, _F8)
+        and q.ndim == 4 and q.shape[-1] in HEAD_DIMS
+    )  # fmt: skip
+
+
+def register(registry: Any) -> None:
+    registry.define("decode_attention", nkey=1, doc=OP_DOC)
+    for backend in ("cuda", "cpu"):
+        registry.register("decode_attention", reference_decode_attention, backend=backend, name="reference")
+    registry.register("decode_attention", kernel_decode_attention, backend="cuda", dtypes=["float16", "bfloat16"], min_sm=80,
+                      priority=10, predicate=_decode_applies, name="kernel")  # fmt: skip

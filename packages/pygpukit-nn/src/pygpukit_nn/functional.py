@@ -7,13 +7,17 @@ from __future__ import annotations
 from .activations import geglu, gelu, log_softmax, relu, relu_squared, silu, softmax, swiglu
 from .attention import scaled_dot_product_attention
 from .conv import adaptive_avg_pool1d, avg_pool1d, conv1d, max_pool1d
+from .decode import decode_attention
 from .embedding import embedding, lm_head
+from .kv_cache import KVCache, PagedKVCache, kv_append, kv_gather
 from .moe import moe_forward, permute, router_topk, unpermute
 from .norms import add_layer_norm, add_rms_norm, group_norm, layer_norm, rms_norm
 from .positional import RotaryEmbedding, alibi_bias, alibi_slopes, apply_rope, rope_cos_sin, rope_frequencies
 from .sampling import apply_penalties, sample, token_counts
 
 __all__ = [
+    "KVCache",
+    "PagedKVCache",
     "RotaryEmbedding",
     "adaptive_avg_pool1d",
     "add_layer_norm",
@@ -24,10 +28,13 @@ __all__ = [
     "apply_rope",
     "avg_pool1d",
     "conv1d",
+    "decode_attention",
     "embedding",
     "geglu",
     "gelu",
     "group_norm",
+    "kv_append",
+    "kv_gather",
     "layer_norm",
     "lm_head",
     "log_softmax",

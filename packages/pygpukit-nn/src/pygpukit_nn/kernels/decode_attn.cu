@@ -1,0 +1,372 @@
+// Decode attention of pygpukit-nn (decode.py): 1..8 new query tokens per
+// sequence against a KV cache, contiguous (B, Hkv, cap, D) per layer or paged
+// (a pool of (num_blocks, Hkv, BS, D) blocks and a (B, table_width) block
+// table), bf16 / fp16 or fp8 e4m3 (dequantized here with a float32 scale per
+// KV head).
+//
+// Time floor: the K and V bytes of the sequences, 2 * B * Hkv * L * D * size,
+// read once from HBM (33.5 MB at B=1, Hkv=8, L=8192, D=128 bf16: ~11.5 us at
+// the H100's ~2.9 TB/s copy rate). What limits us: bytes in flight per SM
+// (Little's law wants ~20 KB at ~700 ns; we have up to 3 resident blocks x 4
+// warps x 32 lanes x 128 bytes: K and V of KPL keys, 96 bytes for fp8: 36-48
+// KB, about half of it in flight on average), then the instruction issue of the CUDA
+// cores (~70 warp instructions per key at 4 rows, ~45% of issue at full
+// bandwidth; the fp8 cache reads half the bytes per key and so leans on the
+// issue rate harder), and the last block's merge of the splits (~1 us).
+//
+// Grid: x = split * chunks + chunk, y = KV head h, z = sequence b. A block
+// owns ROWS "rows" of one KV head: row r = t * G + g is query token t of
+// query head h * G + g (G = Hq / Hkv, GQA), so every K/V byte it reads serves
+// all of them (more than 4 rows go to `chunks` blocks, which read the same
+// keys at the same time, the second time mostly from L2). Split s takes the
+// s-th slice of the sequence's visible keys [lo, L), sliced on the device
+// from lengths[b] (a captured graph stays right as the sequence grows).
+//
+// Inside a block each key is read by a group of LPK lanes, 8 elements each
+// (16 bytes of bf16 / fp16, 8 of fp8); a warp holds 32 / LPK groups and a
+// group takes KPL keys per step, K and V of all of them requested before any
+// is used. Each group runs its own online softmax (running max m, sum l, and
+// the output accumulator, float32, in the log2 domain) over its keys, so the
+// main loop needs no barrier; only the dot products meet by shuffles across
+// the group's lanes. At the end the groups merge by shuffles, the warps
+// through shared memory. With one split the block normalizes and writes the
+// output; otherwise it writes its (m, l, acc) and the last block of the
+// (b, h, chunk) to arrive (an atomic counter, reset by that block) merges the
+// splits in split order (deterministic) and writes the output. Queries with
+// no visible key get zeros.
+//
+// Query t of a sequence of L tokens sits at position L - Tq + t (the new
+// tokens are the last Tq ones, aligned bottom-right) and sees keys j <= its
+// position, and with a window w > 0 only j > position - w.
+#include "pgk/types.cuh"
+
+namespace pgk {
+
+constexpr int kDecodeWarps = 4;
+
+__device__ __forceinline__ float decode_neg_inf() { return -__int_as_float(0x7f800000); }
+
+// Lanes that read one key of D elements, 8 each: D / 8 rounded up to a power of two.
+__host__ __device__ constexpr int decode_lanes_per_key(int d) {
+  return d / 8 <= 8 ? 8 : (d / 8 <= 16 ? 16 : 32);
+}
+
+// 8 consecutive cache elements: the load and the conversion to float. kFactor:
+// the factor the conversion leaves out (folded into the scales).
+template <class KT> struct Chunk8;
+
+template <> struct Chunk8<bfloat16> {
+  using Raw = uint4;
+  static constexpr float kFactor = 1.0f;
+  __device__ __forceinline__ static void unpack(const Raw& c, float (&f)[8]) {
+    const unsigned int w[4] = {c.x, c.y, c.z, c.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      f[2 * i] = __uint_as_float(w[i] << 16);
+      f[2 * i + 1] = __uint_as_float(w[i] & 0xFFFF0000u);
+    }
+  }
+};
+
+template <> struct Chunk8<half> {
+  using Raw = uint4;
+  static constexpr float kFactor = 1.0f;
+  __device__ __forceinline__ static void unpack(const Raw& c, float (&f)[8]) {
+    const Vec<half, 8> v = *reinterpret_cast<const Vec<half, 8>*>(&c);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) f[j] = static_cast<float>(v.v[j]);
+  }
+};
+
+__device__ __forceinline__ float half_bits(unsigned int bits) {
+  half h;
+  h.bits = static_cast<unsigned short>(bits);
+  return static_cast<float>(h);
+}
+
+// e4m3fn (the cache never holds NaN: append saturates to +-448).
+template <> struct Chunk8<float8_e4m3> {
+  using Raw = uint2;
+#if __CUDA_ARCH__ >= 890
+  static constexpr float kFactor = 1.0f;
+  __device__ __forceinline__ static void unpack(const Raw& c, float (&f)[8]) {
+    const unsigned int w[2] = {c.x, c.y};
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+      for (int p = 0; p < 2; ++p) {  // two values at a time by the hardware conversion (exact)
+        unsigned int h;
+        const unsigned short pair = static_cast<unsigned short>(w[i] >> (16 * p));
+        asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h) : "h"(pair));
+        f[4 * i + 2 * p] = half_bits(h & 0xFFFFu);
+        f[4 * i + 2 * p + 1] = half_bits(h >> 16);
+      }
+  }
+#else
+  // An e4m3 byte moved into the top of a half (sign kept, the rest shifted
+  // down one) is the same value times 2^-8 (15 - 7, the exponent biases).
+  static constexpr float kFactor = 256.0f;
+  __device__ __forceinline__ static void unpack(const Raw& c, float (&f)[8]) {
+    const unsigned int w[2] = {c.x, c.y};
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+      for (int p = 0; p < 2; ++p) {
+        const unsigned int x = __byte_perm(w[i], 0, p ? 0x3727u : 0x1707u);  // bytes 2p, 2p+1 to the high byte of each half
+        const unsigned int h = ((x & 0x7F007F00u) >> 1) | (x & 0x80008000u);
+        f[4 * i + 2 * p] = half_bits(h & 0xFFFFu);
+        f[4 * i + 2 * p + 1] = half_bits(h >> 16);
+      }
+  }
+#endif
+};
+
+template <class T, class KT, int D, int ROWS, bool PAGED>
+__global__ void __launch_bounds__(kDecodeWarps * 32, 3)
+decode_attn(const T* __restrict__ q, T* __restrict__ out, const KT* __restrict__ kc, const KT* __restrict__ vc,
+            const int* __restrict__ lengths, const int* __restrict__ table, const float* __restrict__ k_scale,
+            const float* __restrict__ v_scale, float* __restrict__ part, int* __restrict__ counters, int Hq, int Hkv,
+            int Tq, int chunks, int splits, int cap, int block_shift, int table_width, int window, float qk_scale) {
+  using C = Chunk8<KT>;
+  using Raw = typename C::Raw;
+  constexpr int KPL = sizeof(KT) == 1 ? 6 : 4;  // keys per group per step: 128 (fp8: 96) bytes of K and V per lane in flight
+  constexpr int LPK = decode_lanes_per_key(D), GPW = 32 / LPK, NG = kDecodeWarps * GPW, STEP = NG * KPL;
+  const float NEG_INF = decode_neg_inf();
+
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int li = lane & (LPK - 1);          // elements li * 8 .. li * 8 + 7 of a key
+  const int grp = warp * GPW + lane / LPK;  // this lane's key group
+  const bool lane_on = li < D / 8;
+  const int chunk = blockIdx.x % chunks, split = blockIdx.x / chunks;
+  const int h = blockIdx.y, b = blockIdx.z;
+  const int G = Hq / Hkv, R = G * Tq;
+
+  // The visible keys [lo, L) (capacity-clamped, so a bad length cannot read out of bounds) and this split's slice.
+  const int L = min(lengths[b], PAGED ? table_width << block_shift : cap);
+  const int lo = window > 0 ? max(0, L - Tq - window + 1) : 0;
+  const int n = max(L - lo, 0);
+  const int per = ((n + splits - 1) / splits + STEP - 1) / STEP * STEP;
+  const int k0 = lo + min(split * per, n), k1 = min(k0 + per, L);
+
+  // This block's rows: query positions, and the query slices scaled by
+  // softmax scale * log2(e) * the K scale (so exp2 of a dot is the weight).
+  const float ks = (k_scale != nullptr ? k_scale[h] : 1.0f) * C::kFactor * qk_scale;
+  int pos[ROWS];
+  float qf[ROWS][8];
+#pragma unroll
+  for (int r = 0; r < ROWS; ++r) {
+    const int rr = chunk * ROWS + r, t = rr / G;
+    pos[r] = rr < R ? L - Tq + t : -1;  // -1: a padding row, no key is visible
+#pragma unroll
+    for (int e = 0; e < 8; ++e) qf[r][e] = 0.0f;
+    if (rr < R && lane_on) {
+      const Vec<T, 8> v = *reinterpret_cast<const Vec<T, 8>*>(q + ((long long)(b * Tq + t) * Hq + h * G + rr % G) * D + li * 8);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) qf[r][e] = static_cast<float>(v.v[e]) * ks;
+    }
+  }
+
+  // Element offset of key j's row for this (b, h), given its page.
+  const long long head_off = PAGED ? ((long long)h << block_shift) * D : ((long long)b * Hkv + h) * cap * D;
+  const long long page_elems = ((long long)Hkv << block_shift) * D;
+  const int* tab = PAGED ? table + (long long)b * table_width : nullptr;
+  auto row_of = [&](int j, int page) -> long long {
+    if constexpr (PAGED) return page * page_elems + head_off + (long long)(j & ((1 << block_shift) - 1)) * D;
+    else return head_off + (long long)j * D;
+  };
+
+  float m[ROWS], l[ROWS], acc[ROWS][8];
+#pragma unroll
+  for (int r = 0; r < ROWS; ++r) {
+    m[r] = NEG_INF;
+    l[r] = 0.0f;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) acc[r][e] = 0.0f;
+  }
+  int page[KPL];  // paged: the pages of this lane's keys of the coming step, looked up one step ahead
+#pragma unroll
+  for (int i = 0; i < KPL; ++i) {
+    const int j = k0 + i * NG + grp;
+    page[i] = PAGED && j < k1 ? tab[j >> block_shift] : 0;
+  }
+
+  for (int it = k0; it < k1; it += STEP) {  // uniform over the block: the shuffles below need every lane
+    Raw kr[KPL], vr[KPL];
+#pragma unroll
+    for (int i = 0; i < KPL; ++i) {
+      const int j = it + i * NG + grp;
+      if (j < k1 && lane_on) {
+        const long long a = row_of(j, page[i]) + li * 8;
+        kr[i] = *reinterpret_cast<const Raw*>(kc + a);
+        vr[i] = *reinterpret_cast<const Raw*>(vc + a);
+      } else {
+        kr[i] = Raw{};
+        vr[i] = Raw{};
+      }
+    }
+    if constexpr (PAGED) {
+#pragma unroll
+      for (int i = 0; i < KPL; ++i) {
+        const int j = it + STEP + i * NG + grp;
+        page[i] = j < k1 ? tab[j >> block_shift] : 0;
+      }
+    }
+
+    // Scores (log2 domain): the lane's 8-element dot products, summed over the group.
+    float s[ROWS][KPL];
+#pragma unroll
+    for (int i = 0; i < KPL; ++i) {
+      float kf[8];
+      C::unpack(kr[i], kf);
+#pragma unroll
+      for (int r = 0; r < ROWS; ++r) {
+        float d = 0.0f;
+#pragma unroll
+        for (int e = 0; e < 8; ++e) d = fmaf(qf[r][e], kf[e], d);
+        s[r][i] = d;
+      }
+    }
+#pragma unroll
+    for (int off = LPK / 2; off > 0; off >>= 1)
+#pragma unroll
+      for (int r = 0; r < ROWS; ++r)
+#pragma unroll
+        for (int i = 0; i < KPL; ++i) s[r][i] += __shfl_xor_sync(0xffffffffu, s[r][i], off);
+
+    // Masks, then the online softmax update; s becomes the weights.
+#pragma unroll
+    for (int r = 0; r < ROWS; ++r) {
+      float mx = m[r];
+#pragma unroll
+      for (int i = 0; i < KPL; ++i) {
+        const int j = it + i * NG + grp;
+        if (!(j < k1 && j <= pos[r] && (window <= 0 || j > pos[r] - window))) s[r][i] = NEG_INF;
+        mx = fmaxf(mx, s[r][i]);
+      }
+      const float base = mx == NEG_INF ? 0.0f : mx;  // no visible key yet: every weight is exp2(-inf) = 0
+      const float alpha = exp2f(m[r] - base);
+      m[r] = mx;
+      l[r] *= alpha;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) acc[r][e] *= alpha;
+#pragma unroll
+      for (int i = 0; i < KPL; ++i) {
+        s[r][i] = exp2f(s[r][i] - base);
+        l[r] += s[r][i];
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < KPL; ++i) {
+      float vf[8];
+      C::unpack(vr[i], vf);
+#pragma unroll
+      for (int r = 0; r < ROWS; ++r)
+#pragma unroll
+        for (int e = 0; e < 8; ++e) acc[r][e] = fmaf(s[r][i], vf[e], acc[r][e]);
+    }
+  }
+
+  // The groups of a warp merge (lanes with the same li hold the same elements).
+#pragma unroll
+  for (int off = LPK; off < 32; off <<= 1)
+#pragma unroll
+    for (int r = 0; r < ROWS; ++r) {
+      const float mo = __shfl_xor_sync(0xffffffffu, m[r], off);
+      const float lo2 = __shfl_xor_sync(0xffffffffu, l[r], off);
+      const float mx = fmaxf(m[r], mo);
+      const float base = mx == NEG_INF ? 0.0f : mx;
+      const float a = exp2f(m[r] - base), c = exp2f(mo - base);
+      l[r] = l[r] * a + lo2 * c;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) acc[r][e] = acc[r][e] * a + __shfl_xor_sync(0xffffffffu, acc[r][e], off) * c;
+      m[r] = mx;
+    }
+
+  // ... and the warps through shared memory.
+  __shared__ float s_m[kDecodeWarps][ROWS], s_l[kDecodeWarps][ROWS];
+  __shared__ __align__(16) float s_acc[kDecodeWarps][ROWS][D];
+  if (lane < LPK) {
+#pragma unroll
+    for (int r = 0; r < ROWS; ++r) {
+      if (lane == 0) {
+        s_m[warp][r] = m[r];
+        s_l[warp][r] = l[r];
+      }
+      if (lane_on)
+#pragma unroll
+        for (int e = 0; e < 8; ++e) s_acc[warp][r][li * 8 + e] = acc[r][e];
+    }
+  }
+  __syncthreads();
+
+  const float vs = (v_scale != nullptr ? v_scale[h] : 1.0f) * C::kFactor;
+  const long long rows_total = (long long)gridDim.z * Tq * Hq;
+  float* part_ml = part + rows_total * splits * D;  // (rows_total, splits) pairs (m, l) after the accumulators
+  // Item i: row i / (D / 4), elements 4 * (i % (D / 4)) .. + 3.
+  for (int i = threadIdx.x; i < ROWS * (D / 4); i += kDecodeWarps * 32) {
+    const int r = i / (D / 4), d = 4 * (i % (D / 4)), rr = chunk * ROWS + r;
+    if (rr >= R) continue;
+    float mx = NEG_INF;
+#pragma unroll
+    for (int w = 0; w < kDecodeWarps; ++w) mx = fmaxf(mx, s_m[w][r]);
+    const float base = mx == NEG_INF ? 0.0f : mx;
+    float lsum = 0.0f, o[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+    for (int w = 0; w < kDecodeWarps; ++w) {
+      const float c = exp2f(s_m[w][r] - base);
+      lsum += s_l[w][r] * c;
+      const float4 a = *reinterpret_cast<const float4*>(&s_acc[w][r][d]);
+      o[0] += a.x * c, o[1] += a.y * c, o[2] += a.z * c, o[3] += a.w * c;
+    }
+    const long long row = (long long)(b * Tq + rr / G) * Hq + h * G + rr % G;
+    if (splits == 1) {
+      const float f = lsum > 0.0f ? vs / lsum : 0.0f;
+      Vec<T, 4> y;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) y.v[e] = T(o[e] * f);
+      *reinterpret_cast<Vec<T, 4>*>(out + row * D + d) = y;
+    } else {
+      *reinterpret_cast<float4*>(part + (row * splits + split) * D + d) = make_float4(o[0], o[1], o[2], o[3]);
+      if (d == 0) *reinterpret_cast<float2*>(part_ml + (row * splits + split) * 2) = make_float2(mx, lsum);
+    }
+  }
+  if (splits == 1) return;
+
+  // The last block of this (b, h, chunk) to finish merges the splits.
+  __shared__ int s_last;
+  __threadfence();  // this thread's partials are visible device-wide before the count
+  __syncthreads();
+  int* counter = counters + ((long long)b * Hkv + h) * chunks + chunk;
+  if (threadIdx.x == 0) s_last = atomicAdd(counter, 1) == splits - 1;
+  __syncthreads();
+  if (!s_last) return;
+  __threadfence();
+  for (int i = threadIdx.x; i < ROWS * (D / 4); i += kDecodeWarps * 32) {
+    const int r = i / (D / 4), d = 4 * (i % (D / 4)), rr = chunk * ROWS + r;
+    if (rr >= R) continue;
+    const long long row = (long long)(b * Tq + rr / G) * Hq + h * G + rr % G;
+    const float2* ml = reinterpret_cast<const float2*>(part_ml) + row * splits;
+    const float4* pa = reinterpret_cast<const float4*>(part + row * splits * D + d);
+    float mx = NEG_INF;  // __ldcg: from L2, where the other blocks' partials are
+#pragma unroll 8
+    for (int sp = 0; sp < splits; ++sp) mx = fmaxf(mx, __ldcg(ml + sp).x);
+    const float base = mx == NEG_INF ? 0.0f : mx;
+    float lsum = 0.0f, o[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll 8
+    for (int sp = 0; sp < splits; ++sp) {
+      const float2 p = __ldcg(ml + sp);
+      const float4 a = __ldcg(pa + (long long)sp * (D / 4));
+      const float c = exp2f(p.x - base);
+      lsum += p.y * c;
+      o[0] += a.x * c, o[1] += a.y * c, o[2] += a.z * c, o[3] += a.w * c;
+    }
+    const float f = lsum > 0.0f ? vs / lsum : 0.0f;
+    Vec<T, 4> y;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) y.v[e] = T(o[e] * f);
+    *reinterpret_cast<Vec<T, 4>*>(out + row * D + d) = y;
+  }
+  if (threadIdx.x == 0) *counter = 0;  // ready for the next launch on this stream
+}
+
+}  // namespace pgk

@@ -1,0 +1,281 @@
+"""decode_attention against a float64 NumPy reference: contiguous and paged
+caches (block sizes 16 and 256, non-contiguous tables, ragged batches),
+1..8 query tokens, GQA / MQA / MHA, head_dim 64 / 80 / 96 / 128 / 256,
+contexts 1, 17, 1000, 5000 (split-K), sliding windows, fp8 caches; every
+error; NVRTC compilation of the kernel; on the GPU the kernel itself (and
+PyTorch's SDPA where installed)."""
+
+import math
+
+import ml_dtypes
+import numpy as np
+import pytest
+from nn_testing import rand, rel_err
+
+import pygpukit as gp
+from pygpukit_nn import decode
+from pygpukit_nn.decode import decode_attention
+from pygpukit_nn.kv_cache import KVCache, PagedKVCache
+
+# Float32 softmax and sums, one rounding of the output to q's dtype: bf16 /
+# fp16 outputs within half an ulp (2^-9 / 2^-12 of max|ref|) plus float32
+# rounding; float32 within a few ulps of the sums; float64 (reference only) exact.
+TOL = {np.dtype(gp.bfloat16): 1e-2, np.dtype(gp.float16): 2e-3, np.dtype(np.float32): 1e-5, np.dtype(np.float64): 1e-12}
+
+
+def np_decode(q, k, v, lens, scale=None, window=None):
+    """q (B, Tq, Hq, D); k, v (B, S, Hkv, D) with sequence b's tokens below lens[b]; float64."""
+    b_, tq, hq, d = q.shape
+    g = hq // k.shape[2]
+    scale = 1 / math.sqrt(d) if scale is None else scale
+    out = np.zeros(q.shape)
+    for b in range(b_):
+        n = lens[b]
+        kb, vb = np.repeat(k[b, :n], g, axis=1), np.repeat(v[b, :n], g, axis=1)  # (n, Hq, D): query head h -> KV head h // g
+        for t in range(tq):
+            pos, j = n - tq + t, np.arange(n)
+            vis = (j <= pos) & ((j > pos - window) if window else True)
+            if not vis.any():
+                continue  # no visible key: zeros
+            s = np.einsum("hd,nhd->hn", q[b, t], kb) * scale
+            s[:, ~vis] = -np.inf
+            p = np.exp(s - s.max(axis=1, keepdims=True))
+            out[b, t] = np.einsum("hn,nhd->hd", p / p.sum(axis=1, keepdims=True), vb)
+    return out
+
+
+def _cache(paged, batch, max_seq, hkv, d, dtype, block_size=16, **kw):
+    if paged:
+        blocks = batch * -(-max_seq // block_size) + 3
+        return PagedKVCache(blocks, block_size, hkv, d, dtype, batch=batch, max_seq=max_seq, **kw)
+    return KVCache(batch, max_seq, hkv, d, dtype, **kw)
+
+
+def _fill(cache, k, v, lens, piece=None):
+    """Append sequence b's first lens[b] tokens of k, v (B, S, Hkv, D) in pieces
+    (interleaving the sequences' blocks in a paged cache)."""
+    s = k.shape[1]
+    piece = piece or s
+    for start in range(0, s, piece):
+        counts = [int(np.clip(n - start, 0, piece)) for n in lens]
+        if any(counts):
+            gk = gp.from_numpy(k[:, start : start + piece].astype(cache.dtype))
+            cache.append(gk, gp.from_numpy(v[:, start : start + piece].astype(cache.dtype)), counts=counts)
+
+
+def _check(rng, dtype, lens, tq, hq, hkv, d, paged=False, block_size=16, window=None, scale=None, piece=None, qscale=1.0):
+    b = len(lens)
+    s = max(lens)
+    k, v = rand(rng, (b, s, hkv, d), dtype), rand(rng, (b, s, hkv, d), dtype)
+    q = rand(rng, (b, tq, hq, d), dtype, qscale)
+    cache = _cache(paged, b, s + 5, hkv, d, dtype, block_size)
+    _fill(cache, k, v, lens, piece)
+    got = decode_attention(gp.from_numpy(q.astype(dtype)), cache, 0, scale, window)
+    assert got.shape == q.shape and got.dtype == np.dtype(dtype)
+    err = rel_err(got.to_numpy(), np_decode(q, k, v, lens, scale, window))
+    assert err < TOL[np.dtype(dtype)], (dtype, lens, tq, hq, hkv, d, paged, block_size, window, err)
+    return cache
+
+
+# -- the op on any backend (the reference on the CPU, the kernel on a GPU) -----------------
+
+
+@pytest.mark.parametrize("dtype", [gp.bfloat16, gp.float32])
+@pytest.mark.parametrize("paged", [False, True])
+def test_contexts_and_gqa(rng, dtype, paged):
+    for lens in ([1], [17], [1000, 17, 1]):
+        _check(rng, dtype, lens, 1, 32, 8, 128, paged, piece=300)  # GQA 32 / 8
+    _check(rng, dtype, [5000], 1, 8, 2, 128, paged, block_size=256)  # a long context: split-K on the GPU
+
+
+@pytest.mark.parametrize("tq", [1, 2, 5, 8])
+def test_query_tokens(rng, tq):
+    """Tq new tokens: causal among themselves, aligned bottom-right."""
+    _check(rng, gp.bfloat16, [tq, 40, 300], tq, 8, 2, 64, paged=tq % 2 == 0, piece=7)
+
+
+@pytest.mark.parametrize("heads", [(8, 1), (4, 4), (6, 2)])  # MQA, MHA, GQA of 3
+@pytest.mark.parametrize("d", [64, 80, 96, 128, 256])
+def test_heads_and_head_dims(rng, heads, d):
+    _check(rng, gp.float16, [33, 130], 2, *heads, d, paged=d % 128 == 0, piece=11)
+
+
+def test_window_scale_and_float64(rng):
+    _check(rng, gp.bfloat16, [200, 50, 3], 3, 8, 2, 64, window=20)
+    _check(rng, gp.bfloat16, [300], 1, 4, 1, 128, paged=True, window=1, scale=0.3)  # each query sees itself only
+    _check(rng, gp.float32, [90, 64], 4, 4, 2, 80, window=64, scale=0.05, qscale=3.0)
+    _check(rng, np.float32, [70], 2, 4, 2, 64, paged=True)
+    # float64 queries go to the reference, computed in float64
+    k, v = rand(rng, (1, 30, 2, 64), np.float32), rand(rng, (1, 30, 2, 64), np.float32)
+    cache = _cache(False, 1, 30, 2, 64, np.float32)
+    _fill(cache, k, v, [30])
+    q = rand(rng, (1, 2, 4, 64), np.float64)
+    assert rel_err(decode_attention(gp.from_numpy(q), cache).to_numpy(), np_decode(q, k, v, [30])) < 1e-12
+
+
+def test_queries_without_keys_give_zeros(rng):
+    """An empty sequence, and one holding fewer tokens than the queries."""
+    k, v = rand(rng, (3, 4, 2, 64), gp.bfloat16), rand(rng, (3, 4, 2, 64), gp.bfloat16)
+    cache = _cache(True, 3, 8, 2, 64, gp.bfloat16)
+    _fill(cache, k, v, [4, 0, 2])
+    q = rand(rng, (3, 3, 4, 64), gp.bfloat16)
+    got = decode_attention(gp.from_numpy(q.astype(gp.bfloat16)), cache).to_numpy().astype(np.float64)
+    assert not got[1].any() and not got[2, 0].any()
+    assert rel_err(got, np_decode(q, k, v, [4, 0, 2])) < TOL[np.dtype(gp.bfloat16)]
+
+
+def _np_fp8(x, scale):
+    """x (B, S, Hkv, D) as the cache stores it: e4m3 of x / scale (float32, saturated) times scale."""
+    s = scale.astype(np.float32).reshape(1, 1, -1, 1)
+    return np.clip(x.astype(np.float32) / s, -448, 448).astype(ml_dtypes.float8_e4m3fn).astype(np.float32) * s.astype(np.float64)
+
+
+@pytest.mark.parametrize("paged", [False, True])
+@pytest.mark.parametrize("dtype", [gp.bfloat16, gp.float16])
+def test_fp8_cache(rng, paged, dtype):
+    lens = [700, 90]
+    k, v = rand(rng, (2, 700, 2, 128), dtype), rand(rng, (2, 700, 2, 128), dtype)
+    q = rand(rng, (2, 2, 8, 128), dtype)
+    cache = _cache(paged, 2, 720, 2, 128, dtype, kv_dtype="fp8_e4m3")
+    _fill(cache, k, v, lens, piece=350)
+    got = decode_attention(gp.from_numpy(q.astype(dtype)), cache).to_numpy()
+    ks, vs = (s.to_numpy() for s in cache.scales())
+    # against the attention of the stored (rounded) values: the bf16 / fp16 tolerance
+    assert rel_err(got, np_decode(q, _np_fp8(k, ks), _np_fp8(v, vs), lens)) < TOL[np.dtype(dtype)]
+    # against unquantized K, V: e4m3 keeps 3 mantissa bits, up to 2^-4 relative error per element,
+    # which moves both the weights and the averaged values; on these N(0, 1) data the output is
+    # off by 0.03 to 0.07 of max|output| (measured over seeds): twice 2^-4 bounds it
+    assert rel_err(got, np_decode(q, k, v, lens)) < 2 * 2.0**-4
+
+
+def test_paged_and_contiguous_agree_on_a_ragged_batch(rng):
+    """Five sequences of different lengths appended token by token (interleaved blocks)."""
+    lens = [1, 16, 17, 33, 64]
+    k, v = rand(rng, (5, 64, 2, 64), gp.bfloat16), rand(rng, (5, 64, 2, 64), gp.bfloat16)
+    q = gp.from_numpy(rand(rng, (5, 1, 4, 64), gp.bfloat16).astype(gp.bfloat16))
+    paged = _cache(True, 5, 64, 2, 64, gp.bfloat16)
+    _fill(paged, k, v, lens, piece=5)
+    assert any(np.any(np.diff(paged.blocks(b)) != 1) for b in range(5))
+    flat = _cache(False, 5, 64, 2, 64, gp.bfloat16)
+    _fill(flat, k, v, lens)
+    np.testing.assert_array_equal(decode_attention(q, paged).to_numpy(), decode_attention(q, flat).to_numpy())
+
+
+def test_errors(rng):
+    cache = _cache(False, 2, 16, 2, 64, gp.bfloat16)
+    _fill(cache, *(rand(rng, (2, 4, 2, 64), gp.bfloat16) for _ in range(2)), [4, 4])
+    q = gp.zeros((2, 1, 4, 64), gp.bfloat16)
+    for call, exc, match in [
+        (lambda: decode_attention(gp.zeros((2, 1, 5, 64), gp.bfloat16), cache), ValueError,
+         r"decode_attention: the 5 query heads are not a multiple of the cache's 2 KV heads"),
+        (lambda: decode_attention(gp.zeros((2, 1, 4, 128), gp.bfloat16), cache), ValueError,
+         r"decode_attention: q has head_dim 128, the cache 64"),
+        (lambda: decode_attention(gp.zeros((2, 9, 4, 64), gp.bfloat16), cache), ValueError,
+         r"decode_attention: q must be \(batch, tokens, heads, head_dim\) with 1 to 8 tokens, got shape \(2, 9, 4, 64\)"),
+        (lambda: decode_attention(gp.zeros((3, 1, 4, 64), gp.bfloat16), cache), ValueError, r"decode_attention: q has batch 3, the cache 2"),
+        (lambda: decode_attention(gp.zeros((2, 1, 4, 64), gp.int32), cache), TypeError,
+         r"decode_attention: q must be float16, bfloat16, float32 or float64, got int32"),
+        (lambda: decode_attention(q, cache, window=0), ValueError, r"decode_attention: window must be None or a positive int, got 0"),
+        (lambda: decode_attention(q, cache, scale=-1.0), ValueError,
+         r"decode_attention: scale must be a positive finite number or None, got -1.0"),
+        (lambda: decode_attention(q, cache, layer=1), ValueError, r"KVCache: layer must be an int in \[0, 1\), got 1"),
+        (lambda: decode_attention(q, "cache"), TypeError, r"decode_attention: cache must be a KVCache or PagedKVCache, got str"),
+        (lambda: gp.ops.decode_attention(q, gp.zeros((2, 2, 8, 72), gp.bfloat16), gp.zeros((2, 2, 8, 72), gp.bfloat16),
+                                         gp.zeros((2,), gp.int32), None, None, None, 8, None, None), ValueError,
+         r"decode_attention: head_dim must be one of 64, 80, 96, 128, 256, got 72"),
+        (lambda: gp.ops.decode_attention(q, *cache.op_args()[:2], gp.zeros((3,), gp.int32), None, None, None, 8, None, None), ValueError,
+         r"decode_attention: lengths must be \(2,\) int32, got \(3,\) int32"),
+    ]:  # fmt: skip
+        with pytest.raises(exc, match=match):
+            call()
+
+
+def test_launch_shape():
+    """Rows in chunks of at most 4; splits fill 132 SMs 3 times in one wave, at least two steps of keys each."""
+    assert decode.launch_shape(1, 8, 32, 1, 8192, 32, 132) == (1, 4, 49)  # 392 blocks of 396 places
+    assert decode.launch_shape(1, 8, 64, 1, 8192, 32, 132) == (2, 4, 24)  # G = 8: two chunks of 4
+    assert decode.launch_shape(1, 8, 32, 3, 8192, 32, 132) == (3, 4, 16)  # 12 rows
+    assert decode.launch_shape(1, 8, 24, 2, 8192, 32, 132) == (2, 3, 24)  # 6 rows: two chunks of 3
+    assert decode.launch_shape(1, 8, 32, 1, 1024, 32, 132) == (1, 4, 16)  # short: two steps per split
+    assert decode.launch_shape(64, 8, 32, 1, 8192, 32, 132) == (1, 4, 1)  # a big batch fills the GPU alone
+    assert decode.launch_shape(1, 1, 32, 1, 1 << 20, 32, 132) == (8, 4, 49)
+    assert decode.launch_shape(1, 1, 1, 1, 1 << 20, 32, 132) == (1, 1, 128)  # at most MAX_SPLITS
+    assert [decode.block_step(d, f) for d, f in ((64, False), (128, False), (256, False), (128, True), (80, True))] == [64, 32, 16, 48, 48]
+
+
+def test_kernel_compiles_for_sm80_and_sm90(need_nvrtc):
+    cases = [("pgk::bfloat16", "pgk::bfloat16", 128, 4, False), ("pgk::half", "pgk::half", 64, 1, True),
+             ("pgk::bfloat16", "pgk::float8_e4m3", 80, 3, True), ("pgk::half", "pgk::float8_e4m3", 256, 4, False),
+             ("pgk::bfloat16", "pgk::bfloat16", 96, 2, True)]  # fmt: skip
+    for case in cases:
+        for sm in (80, 90):
+            assert decode._kernel(*case).compile(sm).image[:4] == b"\x7fELF", case
+
+
+# -- the kernel (GPU) --------------------------------------------------------------------------
+
+
+@pytest.mark.gpu
+def test_kernel_chosen():
+    for dtype in (gp.bfloat16, gp.float16):
+        for paged in (False, True):
+            for kv in (None, "fp8_e4m3"):
+                cache = _cache(paged, 1, 32, 2, 128, dtype, kv_dtype=kv)
+                q = gp.zeros((1, 1, 8, 128), dtype)
+                assert gp.ops.which("decode_attention", q, *cache.op_args(), 1, None, None) == "nn:kernel", (dtype, paged, kv)
+    f32 = _cache(False, 1, 32, 2, 128, np.float32)
+    assert gp.ops.which("decode_attention", gp.zeros((1, 1, 8, 128), gp.float32), *f32.op_args(), 1, None, None) == "nn:reference"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [gp.bfloat16, gp.float16])
+def test_kernel_matrix(rng, dtype):
+    """Every template dimension: head dims, row counts 1..4 and chunks, paged
+    block sizes, split-K lengths, windows, ragged batches."""
+    for d in (64, 80, 96, 128, 256):
+        _check(rng, dtype, [1, 17, 1000], 1, 8, 2, d, paged=d != 80, piece=250)
+    for tq, heads in ((1, (32, 8)), (8, (32, 8)), (3, (6, 2)), (1, (16, 16)), (2, (32, 1)), (5, (8, 4))):
+        _check(rng, dtype, [tq + 3, 600, 2000], tq, *heads, 128, paged=tq % 2 == 1, block_size=256, piece=700)
+    _check(rng, dtype, [5000, 4096], 1, 32, 8, 128, paged=True, piece=1000)
+    _check(rng, dtype, [5000, 33], 4, 32, 8, 128, window=1000)
+    _check(rng, dtype, [32768], 1, 32, 8, 128)
+
+
+@pytest.mark.gpu
+def test_kernel_deterministic_and_writes_every_output(rng):
+    """Two runs give the same bits (the split merge is ordered); outputs land in
+    memory the pool held NaN in."""
+    k, v = rand(rng, (2, 3000, 8, 128), gp.bfloat16), rand(rng, (2, 3000, 8, 128), gp.bfloat16)
+    cache = _cache(True, 2, 3000, 8, 128, gp.bfloat16)
+    _fill(cache, k, v, [3000, 2500])
+    q = gp.from_numpy(rand(rng, (2, 2, 32, 128), gp.bfloat16).astype(gp.bfloat16))
+    poison = gp.full((1 << 22,), np.nan, gp.float32)
+    del poison
+    a = decode_attention(q, cache).to_numpy()
+    b = decode_attention(q, cache).to_numpy()
+    assert np.isfinite(a.astype(np.float32)).all()
+    np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tq", [1, 4])
+def test_kernel_against_torch_sdpa(rng, tq):
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch has no CUDA here")
+    n = 4096
+    k, v = rand(rng, (2, n, 8, 128), gp.bfloat16), rand(rng, (2, n, 8, 128), gp.bfloat16)
+    q = rand(rng, (2, tq, 32, 128), gp.bfloat16)
+    cache = _cache(False, 2, n, 8, 128, gp.bfloat16)
+    _fill(cache, k, v, [n, n])
+    got = decode_attention(gp.from_numpy(q.astype(gp.bfloat16)), cache).to_numpy().astype(np.float64)
+
+    def t(a):  # (B, S, H, D) -> (B, H, S, D) bf16 on the GPU
+        return torch.from_numpy(a.astype(np.float32)).cuda().to(torch.bfloat16).transpose(1, 2)
+
+    mask = torch.ones(tq, n, dtype=torch.bool, device="cuda").tril(n - tq)  # bottom-right causal
+    ref = torch.nn.functional.scaled_dot_product_attention(t(q), t(k), t(v), attn_mask=mask, enable_gqa=True)
+    ref = ref.transpose(1, 2).float().cpu().numpy().astype(np.float64)
+    want = np_decode(q, k, v, [n, n])
+    assert rel_err(got, want) < TOL[np.dtype(gp.bfloat16)]
+    assert rel_err(got, ref) < 2 * TOL[np.dtype(gp.bfloat16)]  # both within bf16 rounding of the float64 result
