@@ -115,6 +115,28 @@ int t_event_synchronize(void *ctx, uint64_t event) {
   return cu.EventSynchronize(as_event(event));
 }
 
+int t_host_alloc(void *ctx, uint64_t size, uint64_t *out_ptr) {
+  CUresult r = enter(ctx);
+  if (r != CUDA_SUCCESS) return r;
+  void *p = nullptr;
+  r = cu.MemHostAlloc(&p, static_cast<size_t>(size), CU_MEMHOSTALLOC_PORTABLE);
+  if (r == CUDA_SUCCESS) *out_ptr = static_cast<uint64_t>(reinterpret_cast<uintptr_t>(p));
+  return r;
+}
+
+int t_host_free(void *ctx, uint64_t ptr) {
+  CUresult r = enter(ctx);
+  if (r != CUDA_SUCCESS) return r;
+  return cu.MemFreeHost(reinterpret_cast<void *>(static_cast<uintptr_t>(ptr)));
+}
+
+int t_stream_query(void *ctx, uint64_t stream) {
+  CUresult r = enter(ctx);
+  if (r != CUDA_SUCCESS) return r;
+  r = cu.StreamQuery(as_stream(stream));
+  return r == CUDA_ERROR_NOT_READY ? PGK_NOT_READY : static_cast<int>(r);
+}
+
 // "CUDA_ERROR_OUT_OF_MEMORY: out of memory"; the strings live for the process.
 const char *t_error_string(void *, int status) {
   static std::mutex mu;
@@ -155,6 +177,9 @@ void fill_driver_table(DeviceState &st) {
   t.event_query = t_event_query;
   t.event_synchronize = t_event_synchronize;
   t.error_string = t_error_string;
+  t.host_alloc = t_host_alloc;
+  t.host_free = t_host_free;
+  t.stream_query = t_stream_query;
 }
 
 py::object driver_table_capsule() {

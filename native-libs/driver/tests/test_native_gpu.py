@@ -68,6 +68,9 @@ class _Table(ctypes.Structure):
         ("event_query", ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_uint64)),
         ("event_synchronize", ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_uint64)),
         ("error_string", ctypes.CFUNCTYPE(ctypes.c_char_p, ctypes.c_void_p, ctypes.c_int)),
+        ("host_alloc", ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_uint64, ctypes.POINTER(ctypes.c_uint64))),
+        ("host_free", ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_uint64)),
+        ("stream_query", ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_uint64)),
     ]
 
 
@@ -128,7 +131,7 @@ def test_device_properties(dev: dict) -> None:
 
 
 def test_table(table: _Table) -> None:
-    assert table.abi_version == 1 and table.struct_size == ctypes.sizeof(_Table)
+    assert table.abi_version == 2 and table.struct_size == ctypes.sizeof(_Table)
     assert table.is_host == 0 and table.device == 0
     before = _native.stats()
     p = _alloc(table, 1 << 20)
@@ -143,6 +146,13 @@ def test_table(table: _Table) -> None:
     assert table.event_synchronize(table.ctx, ev.value) == 0
     assert table.event_query(table.ctx, ev.value) == 0
     assert table.event_destroy(table.ctx, ev.value) == 0
+    pinned = ctypes.c_uint64()
+    assert table.host_alloc(table.ctx, 4096, ctypes.byref(pinned)) == 0 and pinned.value != 0
+    assert table.memcpy_async(table.ctx, pinned.value, p, 16, 0) == 0
+    assert table.stream_synchronize(table.ctx, 0) == 0
+    assert table.stream_query(table.ctx, 0) == 0  # idle after the synchronize
+    assert ctypes.string_at(pinned.value, 16) == b"\x03" * 16
+    assert table.host_free(table.ctx, pinned.value) == 0
     assert table.mem_free(table.ctx, p) == 0
     huge = ctypes.c_uint64()
     assert table.mem_alloc(table.ctx, 1 << 50, ctypes.byref(huge)) == 2  # PGK_ERR_OOM

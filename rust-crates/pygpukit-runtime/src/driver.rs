@@ -12,7 +12,7 @@ use std::fmt;
 use std::ptr::NonNull;
 
 /// ABI version of [`pgk_driver_table`] (`PGK_DRIVER_TABLE_ABI`).
-pub const PGK_DRIVER_TABLE_ABI: u32 = 1;
+pub const PGK_DRIVER_TABLE_ABI: u32 = 2;
 /// Name of the PyCapsule that carries a `*const pgk_driver_table`.
 pub const PGK_DRIVER_TABLE_CAPSULE: &CStr = c"pygpukit.driver_table";
 
@@ -56,6 +56,11 @@ pub struct pgk_driver_table {
     pub event_synchronize: Option<unsafe extern "C" fn(*mut c_void, u64) -> c_int>,
 
     pub error_string: Option<unsafe extern "C" fn(*mut c_void, c_int) -> *const c_char>,
+
+    // ABI 2
+    pub host_alloc: Option<unsafe extern "C" fn(*mut c_void, u64, *mut u64) -> c_int>,
+    pub host_free: Option<unsafe extern "C" fn(*mut c_void, u64) -> c_int>,
+    pub stream_query: Option<unsafe extern "C" fn(*mut c_void, u64) -> c_int>,
 }
 
 /// A failed driver call.
@@ -380,10 +385,36 @@ impl Driver {
         let st = unsafe { f(self.ctx(), event) };
         self.check("cuEventSynchronize", st)
     }
+
+    /// Page-locked host memory (plain host memory in CPU mode).
+    pub fn host_alloc(&self, size: u64) -> Result<Handle, DriverError> {
+        let f = entry!(self, host_alloc);
+        let mut out = 0u64;
+        let st = unsafe { f(self.ctx(), size, &mut out) };
+        self.check("cuMemHostAlloc", st).map(|()| out)
+    }
+
+    /// # Safety
+    /// `ptr` must come from [`Driver::host_alloc`] of this table and not be in use.
+    pub unsafe fn host_free(&self, ptr: Handle) -> Result<(), DriverError> {
+        let f = entry!(self, host_free);
+        let st = unsafe { f(self.ctx(), ptr) };
+        self.check("cuMemFreeHost", st)
+    }
+
+    /// `Ok(true)` when all work queued on `stream` is done.
+    pub fn stream_query(&self, stream: Handle) -> Result<bool, DriverError> {
+        let f = entry!(self, stream_query);
+        match unsafe { f(self.ctx(), stream) } {
+            PGK_OK => Ok(true),
+            PGK_NOT_READY => Ok(false),
+            st => Err(self.error("cuStreamQuery", st)),
+        }
+    }
 }
 
 fn validate(t: &pgk_driver_table) -> Result<(), TableError> {
-    let entries: [(&'static str, bool); 13] = [
+    let entries: [(&'static str, bool); 16] = [
         ("mem_alloc", t.mem_alloc.is_some()),
         ("mem_free", t.mem_free.is_some()),
         ("mem_get_info", t.mem_get_info.is_some()),
@@ -397,6 +428,9 @@ fn validate(t: &pgk_driver_table) -> Result<(), TableError> {
         ("event_query", t.event_query.is_some()),
         ("event_synchronize", t.event_synchronize.is_some()),
         ("error_string", t.error_string.is_some()),
+        ("host_alloc", t.host_alloc.is_some()),
+        ("host_free", t.host_free.is_some()),
+        ("stream_query", t.stream_query.is_some()),
     ];
     match entries.iter().find(|(_, present)| !present) {
         Some((name, _)) => Err(TableError::MissingFunction(name)),
@@ -419,7 +453,8 @@ mod tests {
         assert_eq!(offset_of!(pgk_driver_table, device), 20);
         assert_eq!(offset_of!(pgk_driver_table, mem_alloc), 24);
         assert_eq!(offset_of!(pgk_driver_table, error_string), 24 + 12 * 8);
-        assert_eq!(size_of::<pgk_driver_table>(), 128);
+        assert_eq!(offset_of!(pgk_driver_table, stream_query), 24 + 15 * 8);
+        assert_eq!(size_of::<pgk_driver_table>(), 152);
     }
 
     #[test]
@@ -428,9 +463,9 @@ mod tests {
         assert!(unsafe { Driver::from_raw(std::ptr::null(), None) }.is_err());
 
         let mut t = good;
-        t.abi_version = 2;
+        t.abi_version = 1;
         let err = unsafe { Driver::from_raw(&t, None) }.unwrap_err();
-        assert!(matches!(err, TableError::AbiVersion { found: 2, .. }));
+        assert!(matches!(err, TableError::AbiVersion { found: 1, .. }));
 
         let mut t = good;
         t.struct_size = 64;

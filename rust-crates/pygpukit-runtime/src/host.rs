@@ -58,6 +58,9 @@ static HOST_TABLE: SyncTable = SyncTable(pgk_driver_table {
     event_query: Some(host_stream_noop),
     event_synchronize: Some(host_stream_noop),
     error_string: Some(host_error_string),
+    host_alloc: Some(host_mem_alloc),
+    host_free: Some(host_mem_free),
+    stream_query: Some(host_stream_noop),
 });
 
 /// The static host table; its address is stable for the life of the process.

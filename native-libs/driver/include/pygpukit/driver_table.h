@@ -22,7 +22,7 @@
 extern "C" {
 #endif
 
-#define PGK_DRIVER_TABLE_ABI 1u
+#define PGK_DRIVER_TABLE_ABI 2u
 #define PGK_DRIVER_TABLE_CAPSULE "pygpukit.driver_table"
 
 #define PGK_OK 0
@@ -52,6 +52,11 @@ typedef struct pgk_driver_table {
   int (*event_synchronize)(void *ctx, uint64_t event);
 
   const char *(*error_string)(void *ctx, int status);
+
+  /* ABI 2: pinned host memory (eviction, transfer staging) and stream queries (pacing). */
+  int (*host_alloc)(void *ctx, uint64_t size, uint64_t *out_ptr); /* page-locked, portable */
+  int (*host_free)(void *ctx, uint64_t ptr);
+  int (*stream_query)(void *ctx, uint64_t stream);  /* PGK_OK when idle, PGK_NOT_READY while busy */
 } pgk_driver_table;
 
 #ifdef __cplusplus

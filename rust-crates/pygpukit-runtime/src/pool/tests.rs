@@ -185,6 +185,9 @@ fn test_driver(capacity: Option<u64>) -> (&'static TestDev, Driver) {
         event_query: Some(t_event_query),
         event_synchronize: Some(t_event_sync),
         error_string: Some(t_error_string),
+        host_alloc: Some(t_alloc),
+        host_free: Some(t_free),
+        stream_query: Some(t_event_query),
     }));
     let driver = unsafe { Driver::from_raw(table, None) }.unwrap();
     (dev, driver)
