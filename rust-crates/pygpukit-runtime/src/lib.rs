@@ -10,6 +10,7 @@
 pub mod driver;
 pub mod host;
 pub mod pool;
+pub mod scheduler;
 
 pub use driver::{Driver, DriverError, TableError};
 pub use pool::{Block, Pool, PoolError, PoolStats};
