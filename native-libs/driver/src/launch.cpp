@@ -5,6 +5,7 @@
 // is done by hand (no pybind11 dispatch) to keep the host overhead small.
 #include "launch.h"
 
+#include <atomic>
 #include <climits>
 #include <cstdint>
 #include <cstdio>
@@ -14,11 +15,14 @@
 #include "context.h"
 #include "cuda_api.h"
 #include "errors.h"
+#include "pygpukit/launch_gate.h"
 #include "stats.h"
 
 namespace pgk {
 
 namespace {
+
+std::atomic<const pgk_launch_gate *> g_gate{nullptr};
 
 inline bool parse_u64(PyObject *o, unsigned long long *out) {
   if (PyLong_Check(o)) {
@@ -83,6 +87,7 @@ PyObject *do_launch(CUfunction f, const unsigned int *g, const unsigned int *b, 
   if (!selected_ctx_is_current() && !slow_make_current()) return nullptr;
   CUstream s = reinterpret_cast<CUstream>(static_cast<uintptr_t>(stream));
   bump(g_stats.launches);
+  const int token = gate_enter(stream);
   CUresult r = cu.LaunchKernel(f, g[0], g[1], g[2], b[0], b[1], b[2], smem, s, params, extra);
   if (r == CUDA_ERROR_INVALID_CONTEXT || r == CUDA_ERROR_CONTEXT_IS_DESTROYED || r == CUDA_ERROR_INVALID_HANDLE) {
     // Another library may have switched this thread's context behind the
@@ -98,6 +103,7 @@ PyObject *do_launch(CUfunction f, const unsigned int *g, const unsigned int *b, 
     set_py_cuda_error("cuLaunchKernel", r, kernel_description(f, g, b, smem, stream) + ")");
     return nullptr;
   }
+  gate_exit(token, stream);
   if (sync_debug()) {
     Py_BEGIN_ALLOW_THREADS
     r = cu.StreamSynchronize(s);
@@ -186,7 +192,78 @@ PyObject *py_launch_u64(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
   return do_launch(f, g, b, 0, stream, np ? params : nullptr, nullptr);
 }
 
+bool parse_stream(PyObject *const *args, Py_ssize_t nargs, Py_ssize_t want, const char *sig,
+                  unsigned long long *stream) {
+  if (nargs != want) {
+    PyErr_Format(PyExc_TypeError, "%s takes %zd positional arguments (%zd given)", sig, want, nargs);
+    return false;
+  }
+  return parse_u64(args[0], stream);
+}
+
+// set_launch_gate(capsule or None)
+PyObject *py_set_launch_gate(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
+  if (nargs != 1) {
+    PyErr_SetString(PyExc_TypeError, "set_launch_gate(gate) takes one argument (a capsule or None)");
+    return nullptr;
+  }
+  if (args[0] == Py_None) {
+    g_gate.store(nullptr, std::memory_order_release);
+    Py_RETURN_NONE;
+  }
+  auto *gate = static_cast<const pgk_launch_gate *>(PyCapsule_GetPointer(args[0], PGK_LAUNCH_GATE_CAPSULE));
+  if (gate == nullptr) return nullptr;
+  if (gate->abi_version != PGK_LAUNCH_GATE_ABI || gate->struct_size < sizeof(pgk_launch_gate)) {
+    PyErr_Format(PyExc_ValueError, "launch gate ABI %u (size %u) does not match this module's %u (size %zu)",
+                 gate->abi_version, gate->struct_size, PGK_LAUNCH_GATE_ABI, sizeof(pgk_launch_gate));
+    return nullptr;
+  }
+  // The gate lives for the process (the runtime leaks it), so a plain store is enough.
+  g_gate.store(gate, std::memory_order_release);
+  Py_RETURN_NONE;
+}
+
+// launch_gate_enter(stream) -> token; for launches made outside this module (cuBLASLt).
+PyObject *py_gate_enter(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
+  unsigned long long stream = 0;
+  if (!parse_stream(args, nargs, 1, "launch_gate_enter(stream)", &stream)) return nullptr;
+  return PyLong_FromLong(gate_enter(stream));
+}
+
+// launch_gate_exit(stream, token) after that launch succeeded.
+PyObject *py_gate_exit(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
+  unsigned long long stream = 0;
+  if (!parse_stream(args, nargs, 2, "launch_gate_exit(stream, token)", &stream)) return nullptr;
+  long token = PyLong_AsLong(args[1]);
+  if (token == -1 && PyErr_Occurred()) return nullptr;
+  gate_exit(static_cast<int>(token), stream);
+  Py_RETURN_NONE;
+}
+
 }  // namespace
+
+int gate_enter(unsigned long long stream) {
+  const pgk_launch_gate *gate = g_gate.load(std::memory_order_acquire);
+  if (gate == nullptr) return PGK_GATE_FREE;
+  int token = gate->before(gate->ctx, stream);
+  if (token == PGK_GATE_FREE) return token;
+  // Work captured into a graph does not run now: nothing to pace.
+  CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+  CUstream s = reinterpret_cast<CUstream>(static_cast<uintptr_t>(stream));
+  if (cu.StreamIsCapturing(s, &st) != CUDA_SUCCESS || st != CU_STREAM_CAPTURE_STATUS_NONE) return PGK_GATE_FREE;
+  if (token == PGK_GATE_WAIT) {
+    Py_BEGIN_ALLOW_THREADS
+    gate->wait(gate->ctx, stream);
+    Py_END_ALLOW_THREADS
+  }
+  return token;
+}
+
+void gate_exit(int token, unsigned long long stream) {
+  if (token == PGK_GATE_FREE) return;
+  const pgk_launch_gate *gate = g_gate.load(std::memory_order_acquire);
+  if (gate != nullptr) gate->after(gate->ctx, stream);
+}
 
 PyMethodDef launch_methods[] = {
     {"launch", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(py_launch)), METH_FASTCALL,
@@ -195,6 +272,15 @@ PyMethodDef launch_methods[] = {
     {"launch_u64", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(py_launch_u64)), METH_FASTCALL,
      "launch_u64(func, grid_x, block_x, stream, *params)\n--\n\n"
      "Launch a kernel whose parameters are all 8-byte values (pointers, long long), 1-D grid and block."},
+    {"set_launch_gate", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(py_set_launch_gate)),
+     METH_FASTCALL,
+     "set_launch_gate(gate)\n--\n\nInstall the scheduler's launch gate (a 'pygpukit.launch_gate' capsule), or None."},
+    {"launch_gate_enter", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(py_gate_enter)),
+     METH_FASTCALL,
+     "launch_gate_enter(stream)\n--\n\nPass the launch gate before a launch made elsewhere (cuBLASLt); "
+     "returns a token for launch_gate_exit."},
+    {"launch_gate_exit", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(py_gate_exit)),
+     METH_FASTCALL, "launch_gate_exit(stream, token)\n--\n\nAfter that launch succeeded."},
     {nullptr, nullptr, 0, nullptr}};
 
 }  // namespace pgk

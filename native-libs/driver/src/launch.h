@@ -9,6 +9,12 @@ namespace pgk {
 // {"launch", ...} followed by the sentinel; for PyModule_AddFunctions.
 extern PyMethodDef launch_methods[];
 
+// The launch gate (pygpukit/launch_gate.h) around a launch on `stream`,
+// with the GIL held: gate_enter waits (GIL released) when the scheduler
+// says so and returns a token for gate_exit, called after a successful launch.
+int gate_enter(unsigned long long stream);
+void gate_exit(int token, unsigned long long stream);
+
 }  // namespace pgk
 
 #endif

@@ -6,6 +6,7 @@
 #include "context.h"
 #include "cuda_api.h"
 #include "errors.h"
+#include "launch.h"
 
 namespace pgk {
 
@@ -172,8 +173,10 @@ void bind_streams(py::module_ &m) {
       "graph_launch",
       [](uint64_t exec, uint64_t stream) {
         ensure_current();
+        const int token = gate_enter(stream);
         check(cu.GraphLaunch(as_graph_exec(exec), as_stream(stream)),
               "cuGraphLaunch");
+        gate_exit(token, stream);
       },
       py::arg("exec"), py::arg("stream"));
 

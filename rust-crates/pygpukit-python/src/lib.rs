@@ -24,6 +24,10 @@ use pygpukit_runtime::driver::{
 };
 use pygpukit_runtime::host;
 use pygpukit_runtime::pool::{Block, Pool, PoolError, PoolStats};
+use pygpukit_runtime::scheduler::Scheduler;
+
+mod scheduler;
+use scheduler::{sched_err, PyBuffer, PyScheduler, Shared};
 
 const CAPSULE_NAME: &str = "pygpukit.driver_table";
 
@@ -31,7 +35,7 @@ const CAPSULE_NAME: &str = "pygpukit.driver_table";
 
 /// Instantiate `pygpukit._errors.<class>(*args)` as a PyErr; falls back to
 /// `fallback` with `message` if the module cannot be imported.
-fn pygpukit_error<'py>(
+pub(crate) fn pygpukit_error<'py>(
     py: Python<'py>,
     class: &str,
     message: &str,
@@ -46,7 +50,7 @@ fn pygpukit_error<'py>(
     build().unwrap_or_else(|_| fallback(message.to_string()))
 }
 
-fn driver_err(py: Python<'_>, e: &DriverError) -> PyErr {
+pub(crate) fn driver_err(py: Python<'_>, e: &DriverError) -> PyErr {
     let message = e.to_string();
     pygpukit_error(
         py,
@@ -57,7 +61,7 @@ fn driver_err(py: Python<'_>, e: &DriverError) -> PyErr {
     )
 }
 
-fn pool_err(py: Python<'_>, e: PoolError) -> PyErr {
+pub(crate) fn pool_err(py: Python<'_>, e: PoolError) -> PyErr {
     match &e {
         PoolError::OutOfMemory {
             requested,
@@ -151,13 +155,19 @@ fn host_table_stats(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
 #[pyclass(name = "Pool", module = "pygpukit._rt", frozen)]
 struct PyPool {
     pool: Arc<Pool>,
+    /// Every allocation is charged through the scheduler.
+    shared: Arc<Shared>,
 }
 
 #[pymethods]
 impl PyPool {
     #[new]
-    #[pyo3(signature = (table, limit = None))]
-    fn new(table: &Bound<'_, PyAny>, limit: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
+    #[pyo3(signature = (table, limit = None, capacity = None))]
+    fn new(
+        table: &Bound<'_, PyAny>,
+        limit: Option<&Bound<'_, PyAny>>,
+        capacity: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
         let capsule = table.cast::<PyCapsule>().map_err(|_| {
             PyTypeError::new_err(format!(
                 "Pool() needs a PyCapsule named '{CAPSULE_NAME}', got {}",
@@ -183,8 +193,15 @@ impl PyPool {
             )
         }
         .map_err(|e| PyValueError::new_err(e.to_string()))?;
+        let pool = Arc::new(Pool::new(driver, limit));
+        let capacity = match capacity {
+            Some(c) if !c.is_none() => Some(non_negative(c, "capacity")?),
+            _ => None,
+        };
+        let sched = Arc::new(Scheduler::new(Arc::clone(&pool), capacity));
         Ok(PyPool {
-            pool: Arc::new(Pool::new(driver, limit)),
+            pool,
+            shared: Shared::new(sched),
         })
     }
 
@@ -192,12 +209,21 @@ impl PyPool {
     #[pyo3(signature = (nbytes, stream = 0))]
     fn alloc(&self, py: Python<'_>, nbytes: &Bound<'_, PyAny>, stream: u64) -> PyResult<PyBlock> {
         let nbytes = non_negative(nbytes, "nbytes")?;
-        match self.pool.alloc(nbytes, stream) {
+        let s = &self.shared;
+        match s.sched.alloc(nbytes, stream, &s.can_evict()) {
             Ok(block) => Ok(PyBlock {
                 pool: Arc::clone(&self.pool),
+                sched: Arc::clone(&s.sched),
                 block,
             }),
-            Err(e) => Err(pool_err(py, e)),
+            Err(e) => Err(sched_err(py, e)),
+        }
+    }
+
+    /// The scheduler every allocation of this pool is charged through.
+    fn scheduler(&self) -> PyScheduler {
+        PyScheduler {
+            shared: Arc::clone(&self.shared),
         }
     }
 
@@ -287,6 +313,7 @@ impl PyPool {
 #[pyclass(name = "Block", module = "pygpukit._rt", frozen, weakref)]
 struct PyBlock {
     pool: Arc<Pool>,
+    sched: Arc<Scheduler>,
     block: Block,
 }
 
@@ -295,7 +322,7 @@ impl Drop for PyBlock {
         // Cannot fail for a block of this pool except when recording an
         // event fails; the block is freed anyway (after a synchronize) and
         // there is nobody to report to from a destructor.
-        let _ = self.pool.free(&self.block);
+        let _ = self.sched.free(&self.block);
     }
 }
 
@@ -347,6 +374,8 @@ fn _rt(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(host_table_stats, m)?)?;
     m.add_class::<PyPool>()?;
     m.add_class::<PyBlock>()?;
+    m.add_class::<PyScheduler>()?;
+    m.add_class::<PyBuffer>()?;
     m.add("DRIVER_TABLE_ABI", PGK_DRIVER_TABLE_ABI)?;
     m.add("DRIVER_TABLE_CAPSULE", CAPSULE_NAME)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

@@ -10,7 +10,7 @@ from contextlib import AbstractContextManager
 
 __version__ = "0.1.0"
 
-from . import memory, ops, plugins, random
+from . import memory, ops, plugins, random, scheduler
 from ._dtypes import (
     bfloat16,
     bool_,
@@ -34,6 +34,7 @@ from ._dtypes import (
     uint64,
 )
 from ._errors import (
+    AdmissionError,
     BackendError,
     CompileError,
     CudaError,
@@ -43,8 +44,9 @@ from ._errors import (
     PluginError,
     PyGPUkitError,
     RouteError,
+    SchedulerError,
 )
-from .array import Device, GPUArray
+from .array import Device, EvictableArray, GPUArray
 from .array_api import (
     __array_api_version__,
     acos,
@@ -90,6 +92,7 @@ from .interop import from_dlpack
 from .jit import JitKernel, jit
 from .linalg import dot, get_matmul_precision, linear, matmul, outer, set_matmul_precision, vdot
 from .reductions import all, any, argmax, argmin, cumprod, cumsum, max, mean, min, prod, std, sum, var
+from .scheduler import Task, task
 from .selection import count_nonzero, nonzero, take, take_along_axis
 from .shape import (
     ascontiguousarray,
@@ -235,11 +238,13 @@ def to_numpy(a: GPUArray) -> object:
 
 
 __all__ = [
+    "AdmissionError",
     "BackendError",
     "CompileError",
     "CudaError",
     "Device",
     "Event",
+    "EvictableArray",
     "GPUArray",
     "Graph",
     "GraphCaptureError",
@@ -250,7 +255,9 @@ __all__ = [
     "PluginError",
     "PyGPUkitError",
     "RouteError",
+    "SchedulerError",
     "Stream",
+    "Task",
     "Ufunc",
     "__array_api_version__",
     "abs",
@@ -415,6 +422,7 @@ __all__ = [
     "route",
     "routing",
     "rsqrt",
+    "scheduler",
     "searchsorted",
     "set_matmul_precision",
     "sigmoid",
@@ -439,6 +447,7 @@ __all__ = [
     "take_along_axis",
     "tan",
     "tanh",
+    "task",
     "tile",
     "to_numpy",
     "topk",

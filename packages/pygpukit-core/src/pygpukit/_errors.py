@@ -7,6 +7,7 @@ import it at load time to raise these exact classes.
 from __future__ import annotations
 
 __all__ = [
+    "AdmissionError",
     "BackendError",
     "CompileError",
     "CudaError",
@@ -15,6 +16,7 @@ __all__ = [
     "PluginError",
     "PyGPUkitError",
     "RouteError",
+    "SchedulerError",
 ]
 
 
@@ -87,3 +89,21 @@ class RouteError(PyGPUkitError, ValueError):
 class PluginError(PyGPUkitError, RuntimeError):
     """A plugin broke the registry's rules (a duplicate name, an unknown
     backend or op); the message names the plugin."""
+
+
+class SchedulerError(PyGPUkitError, RuntimeError):
+    """The scheduler refused an operation: an illegal task state transition
+    (the message says from which state to which), an unknown task or buffer."""
+
+
+class AdmissionError(SchedulerError):
+    """A task's memory reservation does not fit (now, within its timeout, or
+    ever). Attributes: ``task``, ``asked`` and ``free`` (bytes), and
+    ``holders``: (task, qos, bytes) of who holds the memory, largest first."""
+
+    def __init__(self, message: str, task: str = "", asked: int = 0, free: int = 0, holders: list | None = None) -> None:
+        super().__init__(message)
+        self.task = task
+        self.asked = asked
+        self.free = free
+        self.holders = list(holders or [])

@@ -76,7 +76,10 @@ def _try_cuda() -> tuple[Runtime | None, str]:
     _native.set_device(device)
     props = _native.device_properties(device)
     stream = _native.stream_create(0, True)
-    pool = _rt.Pool(_native.driver_table(), _memory_limit())
+    limit = _memory_limit()
+    # The scheduler's capacity: the pool limit, else the device's memory.
+    pool = _rt.Pool(_native.driver_table(), limit, limit if limit is not None else props["total_memory"])
+    _native.set_launch_gate(pool.scheduler().launch_gate())
     from ._backend import cuda
 
     rt = Runtime(
@@ -106,7 +109,8 @@ def _init() -> Runtime:
             from ._backend import cpu
 
             logging.getLogger("pygpukit").warning("Falling back to CPU simulation backend: %s", reason)
-            rt = Runtime(backend="cpu", reason=reason, pool=_rt.Pool(_rt.host_table(), _memory_limit()))
+            limit = _memory_limit()
+            rt = Runtime(backend="cpu", reason=reason, pool=_rt.Pool(_rt.host_table(), limit, limit))
             rt.ops = cpu.CpuOps(rt)
         _runtime = rt
         return rt

@@ -603,3 +603,43 @@ def new_contiguous(shape: tuple[int, ...], dtype: np.dtype, size: int, block: An
     self._block = block
     self._ptr = block.ptr
     return self
+
+
+class EvictableArray(GPUArray):
+    """A GPUArray whose memory the scheduler may spill to pinned host memory
+    while its task is idle, and restores (byte-identical, perhaps at another
+    address) on the next use. Made by ``gp.empty/zeros/full/from_numpy/asarray(...,
+    evictable=True)`` inside a task. Views of it pin it on the device while they live."""
+
+    __slots__ = ()
+
+    @classmethod
+    def _wrap(cls, shape: tuple[int, ...], dtype: np.dtype, buffer: Any) -> EvictableArray:
+        self = object.__new__(cls)
+        self._shape = shape
+        self._dtype = dtype
+        self._size = math.prod(shape)
+        self._strides = None
+        self._contig = True
+        self._block = buffer
+        return self
+
+    @property
+    def _ptr(self) -> int:  # type: ignore[override]
+        # Every use of the address goes through the buffer: it restores a spilled buffer.
+        return self._block.ptr
+
+    @property
+    def resident(self) -> bool:
+        """True while the data is in device memory."""
+        return bool(self._block.resident)
+
+    def evict(self) -> bool:
+        """Spill to pinned host memory now (the task must not be running); False if spilled already."""
+        return bool(self._block.evict())
+
+    def record_stream(self, stream: Any) -> None:
+        raise TypeError(
+            "record_stream does not apply to evictable arrays: spilling synchronizes only their own "
+            "stream, so use them on the stream of their task"
+        )

@@ -14,33 +14,37 @@ from .streams import on_stream
 
 
 @on_stream
-def empty(shape: Any, dtype: Any = _dtypes.float64) -> GPUArray:
+def empty(shape: Any, dtype: Any = _dtypes.float64, evictable: bool = False) -> GPUArray:
     """An uninitialized array (its contents are whatever the pool block held)."""
+    if evictable:
+        from .scheduler import evictable_empty
+
+        return evictable_empty(normalize_shape(shape), _dtypes.as_dtype(dtype))
     return GPUArray._empty(normalize_shape(shape), _dtypes.as_dtype(dtype))
 
 
 @on_stream
-def full(shape: Any, fill_value: Any, dtype: Any = None) -> GPUArray:
+def full(shape: Any, fill_value: Any, dtype: Any = None, evictable: bool = False) -> GPUArray:
     """An array filled with ``fill_value``; dtype inferred from it as NumPy does when None."""
     if dtype is None:
         if isinstance(fill_value, GPUArray):
             raise TypeError("fill_value must be a scalar, not a GPUArray")
         dtype = np.asarray(fill_value).dtype
-    out = empty(shape, dtype)
     if not isinstance(fill_value, (bool, int, float, complex, np.generic)):
         raise TypeError(f"fill_value must be a number, got {type(fill_value).__name__}")
+    out = empty(shape, dtype, evictable)
     _runtime.get().ops.fill(out, fill_value)
     return out
 
 
 @on_stream
-def zeros(shape: Any, dtype: Any = _dtypes.float64) -> GPUArray:
-    return full(shape, 0, dtype)
+def zeros(shape: Any, dtype: Any = _dtypes.float64, evictable: bool = False) -> GPUArray:
+    return full(shape, 0, dtype, evictable)
 
 
 @on_stream
-def ones(shape: Any, dtype: Any = _dtypes.float64) -> GPUArray:
-    return full(shape, 1, dtype)
+def ones(shape: Any, dtype: Any = _dtypes.float64, evictable: bool = False) -> GPUArray:
+    return full(shape, 1, dtype, evictable)
 
 
 @on_stream
@@ -66,8 +70,9 @@ def arange(start: Any, stop: Any = None, step: Any = 1, dtype: Any = None) -> GP
 
 
 @on_stream
-def from_numpy(array: np.ndarray) -> GPUArray:
+def from_numpy(array: np.ndarray, evictable: bool = False) -> GPUArray:
     """Copy a C-contiguous NumPy array to pygpukit memory (queued on the current stream).
+    ``evictable=True`` (inside a task): an EvictableArray, see ``gp.EvictableArray``.
 
     A non-contiguous array raises ValueError: pass it through
     ``np.ascontiguousarray`` first, or use ``gp.asarray``, which does that for you.
@@ -80,19 +85,26 @@ def from_numpy(array: np.ndarray) -> GPUArray:
             f"from_numpy needs a C-contiguous array, got one with shape {array.shape} and strides "
             f"{array.strides}; use np.ascontiguousarray(a) or gp.asarray(a)"
         )
-    out = GPUArray._empty(tuple(array.shape), dt)
+    out = empty(tuple(array.shape), dt, evictable) if evictable else GPUArray._empty(tuple(array.shape), dt)
     if out.size:
         _runtime.get().ops.from_host(out, array)
     return out
 
 
 @on_stream
-def asarray(obj: Any, dtype: Any = None, copy: bool | None = None) -> GPUArray:
+def asarray(obj: Any, dtype: Any = None, copy: bool | None = None, evictable: bool = False) -> GPUArray:
     """Convert ``obj`` (GPUArray, NumPy array, scalar or nested sequence) to a GPUArray.
 
     ``copy=None`` copies only when needed, ``True`` always copies, ``False``
     raises ValueError when a copy would be needed (any host data needs one).
+    ``evictable=True`` (inside a task) always copies into an EvictableArray.
     """
+    if evictable and isinstance(obj, GPUArray):
+        if copy is False:
+            raise ValueError("asarray(copy=False, evictable=True): an evictable array is always a new copy")
+        out = empty(obj.shape, obj.dtype if dtype is None else dtype, True)
+        out[...] = obj
+        return out
     if isinstance(obj, GPUArray):
         if dtype is None or _dtypes.as_dtype(dtype) == obj.dtype:
             return obj.copy() if copy else obj
@@ -104,7 +116,7 @@ def asarray(obj: Any, dtype: Any = None, copy: bool | None = None) -> GPUArray:
     host = np.asarray(obj, dtype=None if dtype is None else _dtypes.as_dtype(dtype))
     if host.dtype == object:
         raise TypeError(f"cannot convert {type(obj).__name__} to a GPUArray: it holds Python objects")
-    return from_numpy(np.asarray(host, order="C"))  # np.ascontiguousarray would make 0-d arrays 1-d
+    return from_numpy(np.asarray(host, order="C"), evictable)  # np.ascontiguousarray would make 0-d arrays 1-d
 
 
 def _like(a: GPUArray, dtype: Any, shape: Any) -> tuple[Any, Any]:

@@ -10,6 +10,7 @@ events are bookkeeping only (timing events still measure host time).
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import threading
 import time
@@ -19,14 +20,16 @@ from typing import Any, TypeVar, cast
 from . import _runtime
 
 
-class _StreamStack(threading.local):
+class _ThreadState(threading.local):
     # A class-level default: reading it never raises AttributeError (which
     # would cost a microsecond on every op).
-    stack: list[Stream] | None = None
     capture: Any = None  # the Graph this thread is capturing (graphs.py)
 
 
-_local = _StreamStack()
+_local = _ThreadState()
+# The `with stream:` stack, per thread and per asyncio task (a context
+# variable), so that coroutines in tasks of their own each keep their stream.
+_stack: contextvars.ContextVar[tuple[Stream, ...]] = contextvars.ContextVar("pygpukit_streams", default=())
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
@@ -60,7 +63,7 @@ def check_not_capturing(what: str) -> None:
 
 def current_stream_handle() -> int:
     """Handle of the current stream (the hot path of every op)."""
-    stack = _local.stack
+    stack = _stack.get()
     if stack:
         return stack[-1].handle
     rt = _runtime._runtime
@@ -79,6 +82,13 @@ class Stream:
         self.priority = priority
         self.handle = rt.native.stream_create(priority, True) if rt.backend == "cuda" else 0
         self._owned = rt.backend == "cuda"
+        self._task: Any = None
+        from .scheduler import current_task
+
+        task = current_task()
+        if task is not None and task.stream is not None and self._owned:
+            # A stream made inside a task is the task's: its allocations and launches count there.
+            task._adopt(self)
 
     @classmethod
     def _wrap(cls, handle: int) -> Stream:
@@ -111,16 +121,15 @@ class Stream:
             self._rt.native.stream_wait_event(self.handle, event.handle)
 
     def __enter__(self) -> Stream:
-        stack = _local.stack
-        if stack is None:
-            stack = _local.stack = []
-        stack.append(self)
+        _stack.set((*_stack.get(), self))
         return self
 
     def __exit__(self, *exc: object) -> None:
-        _local.stack.pop()  # type: ignore[union-attr]
+        _stack.set(_stack.get()[:-1])
 
     def __del__(self) -> None:
+        if getattr(self, "_task", None) is not None:
+            self._task._release(self)
         if getattr(self, "_owned", False):
             try:
                 self._rt.native.stream_destroy(self.handle)
@@ -132,8 +141,8 @@ class Stream:
 
 
 def current_stream() -> Stream:
-    """The stream ops on this thread are queued on."""
-    stack = _local.stack
+    """The stream ops on this thread (or asyncio task) are queued on."""
+    stack = _stack.get()
     return stack[-1] if stack else Stream._wrap(_runtime.get().stream)
 
 

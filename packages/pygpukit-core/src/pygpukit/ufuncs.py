@@ -26,7 +26,7 @@ import numpy as np
 from . import _dtypes, _indexing, _runtime
 from .array import GPUArray, new_contiguous
 from .streams import Stream, current_stream_handle, on_stream
-from .streams import _local as _stream_local
+from .streams import _stack as _stream_stack
 
 _WEAK = (int, float, complex)
 _erf = np.frompyfunc(math.erf, 1, 1)
@@ -495,7 +495,7 @@ def _binary_operator(uf: Ufunc) -> Callable[[GPUArray, Any], Any]:
     def method(self: GPUArray, other: Any) -> Any:
         if type(other) is GPUArray:  # the hot path: straight to the backend's launch fast path
             rt = _runtime._runtime or _runtime.get()
-            stack = _stream_local.stack
+            stack = _stream_stack.get()
             r = rt.ops.binary_fast(uf, self, other, stack[-1].handle if stack else rt.stream)
             return r if r is not None else apply(uf, (self, other))
         if isinstance(other, _OPERAND_TYPES):

@@ -49,6 +49,7 @@ pub struct Buffer {
     pub resident: Option<Block>,
     pub host: Option<u64>,
     pub last_use: u64,
+    pub touched: Instant,
 }
 
 /// Eviction and restore counts.
@@ -68,6 +69,10 @@ struct Inner {
     next_buffer: BufferId,
     tick: u64,
     eviction: EvictionStats,
+    /// Buffers used more recently than this are not spilled: an op of
+    /// another thread may hold their address between reading it and its
+    /// launch (the GIL can switch threads in between).
+    grace: Duration,
 }
 
 pub struct Scheduler {
@@ -103,6 +108,7 @@ impl Scheduler {
                 next_buffer: 1,
                 tick: 0,
                 eviction: EvictionStats::default(),
+                grace: Duration::from_millis(50),
             }),
             admitted: Condvar::new(),
             pacer: Pacer::new(is_host),
@@ -142,6 +148,11 @@ impl Scheduler {
         g.st.capacity = capacity;
         self.admit_ready(&mut g);
         Ok(())
+    }
+
+    /// How long after its last use a buffer is safe from spilling.
+    pub fn set_eviction_grace(&self, grace: Duration) {
+        self.lock().grace = grace;
     }
 
     pub fn partition(
@@ -385,11 +396,16 @@ impl Scheduler {
         can_evict: CanEvict<'_>,
     ) -> Result<u64, SchedError> {
         let tier = Self::requester_qos(g, requester);
+        let now = Instant::now();
         let mut candidates: Vec<(Qos, u64, BufferId)> = g
             .buffers
             .iter()
             .filter(|(id, b)| {
-                if b.resident.is_none() || Some(**id) == exclude || b.owner == requester {
+                if b.resident.is_none()
+                    || Some(**id) == exclude
+                    || b.owner == requester
+                    || now.saturating_duration_since(b.touched) < g.grace
+                {
                     return false;
                 }
                 let Owner::Task(tid) = b.owner else {
@@ -562,6 +578,7 @@ impl Scheduler {
                 resident: Some(block),
                 host: None,
                 last_use: tick,
+                touched: Instant::now(),
             },
         );
         Ok((id, block.ptr))
@@ -578,6 +595,7 @@ impl Scheduler {
             .get_mut(&id)
             .ok_or(SchedError::UnknownBuffer(id))?;
         b.last_use = tick;
+        b.touched = Instant::now();
         if let Some(block) = b.resident {
             return Ok(block.ptr);
         }

@@ -11,7 +11,9 @@ const NEVER: CanEvict<'static> = &|_| false;
 const ALWAYS: CanEvict<'static> = &|_| true;
 
 fn sched(capacity: Option<u64>) -> Scheduler {
-    Scheduler::new(Arc::new(Pool::host(None)), capacity)
+    let s = Scheduler::new(Arc::new(Pool::host(None)), capacity);
+    s.set_eviction_grace(Duration::ZERO);
+    s
 }
 
 /// A task admitted and running, with one stream (an arbitrary handle).
@@ -263,6 +265,21 @@ fn higher_tier_buffers_are_not_spilled_for_lower_tiers() {
     assert!(s.is_resident(buf).unwrap());
     let _b2 = running(&s, "b2", Qos::Burstable, "default", 0, 3);
     assert!(s.alloc(4 * MIB, 3, ALWAYS).is_ok());
+    assert!(!s.is_resident(buf).unwrap());
+}
+
+#[test]
+fn recently_used_buffers_are_not_spilled() {
+    let s = sched(Some(8 * MIB));
+    s.set_eviction_grace(Duration::from_secs(60));
+    let a = running(&s, "a", Qos::BestEffort, "default", 0, 1);
+    let (buf, _) = s.alloc_buffer(6 * MIB, 1, NEVER).unwrap();
+    s.set_state(a, TaskState::Admitted, None).unwrap();
+    let _b = running(&s, "b", Qos::BestEffort, "default", 0, 2);
+    assert!(s.alloc(4 * MIB, 2, ALWAYS).is_err());
+    assert!(s.is_resident(buf).unwrap());
+    s.set_eviction_grace(Duration::ZERO);
+    assert!(s.alloc(4 * MIB, 2, ALWAYS).is_ok());
     assert!(!s.is_resident(buf).unwrap());
 }
 
