@@ -1,4 +1,4 @@
-"""The ``pygpukit`` command: info, doctor, demo, ops, plugins."""
+"""The ``pygpukit`` command: info, doctor, demo, ops, plugins, top."""
 
 from __future__ import annotations
 
@@ -18,6 +18,11 @@ def main(argv: list[str] | None = None) -> int:
     p_ops.add_argument("--json", action="store_true", help="print as JSON")
     p_plugins = sub.add_parser("plugins", help="the plugins found, where they came from and their state")
     p_plugins.add_argument("--json", action="store_true", help="print as JSON")
+    p_top = sub.add_parser("top", help="the scheduler of every pygpukit process here, live (partitions, tasks, pacing)")
+    p_top.add_argument("--once", action="store_true", help="print one table and exit")
+    p_top.add_argument("--json", action="store_true", help="print the published snapshots as JSON and exit")
+    p_top.add_argument("--interval", type=float, default=1.0, help="seconds between refreshes (default 1)")
+    p_top.add_argument("--dir", default=None, help="run directory (default: PYGPUKIT_RUN_DIR or <tmp>/pygpukit-<uid>)")
     args = parser.parse_args(argv)
 
     if args.command == "info":
@@ -37,6 +42,12 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.command == "plugins":
         return _plugins(args.json)
+    if args.command == "top":
+        from .top import main as top_main
+
+        if args.interval <= 0:
+            parser.error("--interval must be > 0")
+        return top_main(args.once, args.json, args.interval, args.dir)
     from .demo import main as demo_main
 
     return demo_main()

@@ -32,7 +32,7 @@ import numpy as np
 
 from . import _dtypes, _runtime
 from ._units import parse_bytes
-from .streams import Stream, current_stream_handle
+from .streams import Stream, cpu_stream_handle, current_stream_handle
 
 __all__ = [
     "Partition",
@@ -45,6 +45,7 @@ __all__ = [
     "partition",
     "set_capacity",
     "set_pacing",
+    "sm_budget",
     "snapshot",
     "task",
 ]
@@ -132,6 +133,23 @@ def current_task() -> Task | None:
     return _current.get()
 
 
+def sm_budget() -> int | None:
+    """How many SMs the current task's kernels should size their grids for:
+    a best-effort task in a partition of compute share c < 1 gets c of the
+    device's SMs (libraries that can target an SM count, such as cuBLASLt,
+    leave the rest to the other partitions); None means all of them."""
+    t = _current.get()
+    return None if t is None else t.sm_budget
+
+
+def _budget(qos: str, partition: str) -> int | None:
+    if qos != "best_effort":
+        return None
+    share = next((p["compute"] for p in _sched().snapshot()["partitions"] if p["name"] == partition), 1.0)
+    sms = int(_runtime.get().props.get("multiprocessor_count", 0))
+    return max(1, round(share * sms)) if share < 1.0 and sms else None
+
+
 class Task:
     """A unit of GPU work with a QoS tier, a partition and memory terms.
 
@@ -169,6 +187,7 @@ class Task:
         self.counters: dict[str, int] | None = None  # launch counters, once the task ended
         self._token: contextvars.Token[Task | None] | None = None
         self._adopted: list[int] = []  # handles of streams made inside the task
+        self.sm_budget: int | None = None  # SMs its kernels should size for (best effort, compute < 1)
 
     # -- the explicit API --------------------------------------------------------
     def submit(self) -> Task:
@@ -191,8 +210,12 @@ class Task:
             self.stream = Stream(s.stream_priority(self.qos, least, greatest))
             if _runtime.get().backend == "cpu":
                 # The CPU backend has no streams; a per-task handle keeps charging per task.
-                self.stream.handle = _cpu_stream_handle()
+                self.stream.handle = cpu_stream_handle()
             s.add_stream(self.id, self.stream.handle)
+            self.sm_budget = _budget(self.qos, self.partition)
+            from .top import start_publisher
+
+            start_publisher()
         s.set_state(self.id, "running")
         return self
 
@@ -320,13 +343,6 @@ def task(
 ) -> Task:
     """A new task (see ``Task``): ``with gp.task("decode", qos="guaranteed", memory="2GiB"):``."""
     return Task(name, qos, partition, memory, limit, timeout)
-
-
-_cpu_handles = iter(range(1 << 48, 1 << 49))
-
-
-def _cpu_stream_handle() -> int:
-    return next(_cpu_handles)
 
 
 def _errors() -> Any:

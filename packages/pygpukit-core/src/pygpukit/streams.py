@@ -86,8 +86,10 @@ class Stream:
         from .scheduler import current_task
 
         task = current_task()
-        if task is not None and task.stream is not None and self._owned:
+        if task is not None and task.stream is not None:
             # A stream made inside a task is the task's: its allocations and launches count there.
+            if not self._owned:
+                self.handle = cpu_stream_handle()
             task._adopt(self)
 
     @classmethod
@@ -138,6 +140,15 @@ class Stream:
 
     def __repr__(self) -> str:
         return f"<pygpukit.Stream handle=0x{self.handle:x} priority={self.priority}>"
+
+
+_cpu_handles = iter(range(1 << 48, 1 << 49))
+
+
+def cpu_stream_handle() -> int:
+    """A distinct stream handle on the CPU backend (where streams are bookkeeping
+    only), so that the scheduler can still tell tasks' streams apart."""
+    return next(_cpu_handles)
 
 
 def current_stream() -> Stream:

@@ -26,6 +26,9 @@ from typing import Any
 import numpy as np
 
 import pygpukit as gp
+from pygpukit._native import launch_gate_enter as _gate_enter
+from pygpukit._native import launch_gate_exit as _gate_exit
+from pygpukit.scheduler import sm_budget
 from pygpukit.streams import current_stream_handle
 
 _WHEEL_LIBS = (("cu13", "lib", "libcublasLt.so.13"), ("cublas", "lib", "libcublasLt.so.12"))
@@ -36,6 +39,7 @@ MAX_WORKSPACE = 32 << 20  # as PyTorch on Hopper
 CUDA_TYPE = {"float16": 2, "bfloat16": 14, "float32": 0, "float64": 1, "float8_e4m3fn": 28, "float8_e5m2": 29}
 COMPUTE_32F, COMPUTE_32F_FAST_TF32, COMPUTE_64F = 68, 77, 70
 DESC_TRANSA, DESC_TRANSB, DESC_EPILOGUE, DESC_BIAS_POINTER, DESC_BIAS_DATA_TYPE = 3, 4, 7, 8, 26
+DESC_SM_COUNT_TARGET = 15
 DESC_A_SCALE_POINTER, DESC_B_SCALE_POINTER, DESC_FAST_ACCUM = 17, 18, 25
 DESC_A_SCALE_MODE, DESC_B_SCALE_MODE = 31, 32
 # cublasLtMatmulMatrixScale_t (float32 scales): one per tensor; a vector along the
@@ -215,7 +219,7 @@ def _plan(key: tuple) -> Plan:
 
 
 def _build(key: tuple) -> Plan:
-    (ta, tb, td), compute, la, lb, m, n, batch, aligns, bias, scaled, scale_modes, epilogue, c = key
+    (ta, tb, td), compute, la, lb, m, n, batch, aligns, bias, scaled, scale_modes, epilogue, c, sms = key
     lib, d = library(), library().dll
     vp = ctypes.c_void_p
     scale = CUDA_TYPE["float64"] if compute == COMPUTE_64F else CUDA_TYPE["float32"]
@@ -224,6 +228,8 @@ def _build(key: tuple) -> Plan:
     # cuBLASLt's A is our b (its stored layout lb), its B our a
     lib.set_attr(d.cublasLtMatmulDescSetAttribute, desc.value, DESC_TRANSA, ctypes.c_int32(lb.op), "set TRANSA")
     lib.set_attr(d.cublasLtMatmulDescSetAttribute, desc.value, DESC_TRANSB, ctypes.c_int32(la.op), "set TRANSB")
+    if sms:  # the scheduler's SM budget of a best-effort task: leave the other SMs free
+        lib.set_attr(d.cublasLtMatmulDescSetAttribute, desc.value, DESC_SM_COUNT_TARGET, ctypes.c_int32(sms), "set SM_COUNT_TARGET")
     if bias or epilogue != EPILOGUE_DEFAULT:
         epi = _WITH_BIAS[epilogue] if bias else epilogue
         lib.set_attr(d.cublasLtMatmulDescSetAttribute, desc.value, DESC_EPILOGUE, ctypes.c_int32(epi), "set EPILOGUE")
@@ -293,11 +299,12 @@ class Prepared:
     to launch on new pointers: the hot path does one allocation (two with a
     workspace) and one library call."""
 
-    __slots__ = ("_args", "_fn", "_plan", "dtype", "out_shape")
+    __slots__ = ("_args", "_fn", "_key", "_plan", "dtype", "out_shape")
 
-    def __init__(self, plan: Plan, out_shape: tuple[int, ...], dtype: np.dtype) -> None:
+    def __init__(self, key: tuple, out_shape: tuple[int, ...], dtype: np.dtype) -> None:
         lib = library()
-        self._plan, self._fn, self.out_shape, self.dtype = plan, lib.dll.cublasLtMatmul, out_shape, dtype
+        plan = _plan(key)
+        self._key, self._plan, self._fn, self.out_shape, self.dtype = key, plan, lib.dll.cublasLtMatmul, out_shape, dtype
         self._args = (lib.handle, plan.desc, ctypes.addressof(plan.alpha), ctypes.addressof(plan.beta), ctypes.addressof(plan.algo))
 
     def __call__(
@@ -306,6 +313,10 @@ class Prepared:
         """The product into a new array; ``c_ptr``: the C that a plan with one adds (beta 1)."""
         handle, desc, alpha, beta, algo = self._args
         plan = self._plan
+        sms = sm_budget()
+        if sms is not None:  # a best-effort task's product: a plan sized for its SMs
+            plan = _plan((*self._key[:-1], sms))
+            desc, alpha, beta, algo = plan.desc, ctypes.addressof(plan.alpha), ctypes.addressof(plan.beta), ctypes.addressof(plan.algo)
         la, lb, ld = plan.layouts
         stream = current_stream_handle()
         out = gp.GPUArray._empty(self.out_shape, self.dtype, stream)
@@ -338,12 +349,20 @@ class Prepared:
                 if plan.scaled:  # cuBLASLt's A is our b
                     lib.set_attr(set_attr, desc, DESC_A_SCALE_POINTER, ctypes.c_void_p(scale_b_ptr), "set A_SCALE_POINTER")
                     lib.set_attr(set_attr, desc, DESC_B_SCALE_POINTER, ctypes.c_void_p(scale_a_ptr), "set B_SCALE_POINTER")
-                status = self._fn(*args)
+                status = self._launch(args, stream)
         else:
-            status = self._fn(*args)
+            status = self._launch(args, stream)
         if status:
             library().check(status, "cublasLtMatmul")
         return out
+
+    def _launch(self, args: tuple, stream: int) -> int:
+        # cuBLASLt launches outside pygpukit._native: pass the scheduler's launch gate here.
+        token = _gate_enter(stream)
+        status = int(self._fn(*args))
+        if token and not status:
+            _gate_exit(stream, token)
+        return status
 
 
 _UINT8 = np.dtype(np.uint8)
@@ -385,8 +404,8 @@ def prepare(
     aligns = (_alignment(b.data_ptr), _alignment(a.data_ptr), c_align, 256)  # pool blocks are 512-byte aligned
     compute = COMPUTE_32F if scaled else compute_type(dt)
     fuse = (epilogue, c is not None)
-    key = ((a.dtype.name, b.dtype.name, dt.name), compute, la, lb, m, n, math.prod(batch), aligns, bias, scaled, scale_modes, *fuse)
-    return Prepared(_plan(key), out_shape, dt)
+    key = ((a.dtype.name, b.dtype.name, dt.name), compute, la, lb, m, n, math.prod(batch), aligns, bias, scaled, scale_modes, *fuse, 0)
+    return Prepared(key, out_shape, dt)
 
 
 def gemm(a: gp.GPUArray, b: gp.GPUArray, batch: tuple[int, ...], m: int, n: int, k: int, bias: gp.GPUArray | None = None) -> gp.GPUArray:

@@ -81,6 +81,8 @@ pub enum SchedError {
         from: TaskState,
         to: TaskState,
     },
+    /// The operation does not fit the task's state (e.g. spilling a running task's buffer).
+    Busy(String),
     UnknownPartition(String),
     UnknownTask(u64),
     UnknownBuffer(u64),
@@ -144,6 +146,7 @@ impl fmt::Display for SchedError {
             SchedError::IllegalTransition { task, from, to } => {
                 write!(f, "task '{task}' cannot go from {from} to {to}")
             }
+            SchedError::Busy(m) => f.write_str(m),
             SchedError::UnknownPartition(p) => write!(f, "no partition named '{p}'"),
             SchedError::UnknownTask(id) => write!(f, "no task with id {id}"),
             SchedError::UnknownBuffer(id) => {

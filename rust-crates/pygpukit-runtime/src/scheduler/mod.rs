@@ -649,19 +649,19 @@ impl Scheduler {
     pub fn evict_buffer(&self, id: BufferId) -> Result<bool, SchedError> {
         let mut g = self.lock();
         let b = g.buffers.get(&id).ok_or(SchedError::UnknownBuffer(id))?;
-        if b.resident.is_none() {
-            return Ok(false);
-        }
         if let Owner::Task(t) = b.owner {
             if g.st
                 .tasks
                 .get(&t)
                 .is_some_and(|t| t.state == TaskState::Running)
             {
-                return Err(SchedError::Invalid(
-                    "cannot evict a buffer of a running task".into(),
+                return Err(SchedError::Busy(
+                    "cannot spill a buffer of a running task: pause() the task first".into(),
                 ));
             }
+        }
+        if b.resident.is_none() {
+            return Ok(false);
         }
         self.evict(&mut g, id)?;
         self.admit_ready(&mut g);
