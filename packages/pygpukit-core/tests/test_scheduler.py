@@ -241,6 +241,11 @@ def test_streams_made_inside_a_task_are_charged_to_it():
         assert t.info().used == MiB
         del x
         assert t.info().used == 0
+        with gp.task("inner", partition=part) as inner:  # a nested task has a stream of its own
+            assert inner.stream.handle != t.stream.handle
+            y = gp.empty((MiB,), gp.uint8)
+            assert inner.info().used == MiB and t.info().used == 0
+            del y
 
 
 def test_snapshot_json_and_pacing_settings():
@@ -256,7 +261,7 @@ def test_snapshot_json_and_pacing_settings():
         assert "allocated_bytes" in doc["pool"]
         if gp.info().backend == "cuda":
             assert me["launches"] >= 1
-            assert t.sm_budget == max(1, round(0.25 * gp.info().props["multiprocessor_count"]))
+            assert t.sm_budget == max(1, round(0.25 * gp._runtime.get().props["multiprocessor_count"]))
     old = gp.scheduler.pacing()
     gp.scheduler.set_pacing(idle_window=4, contended_window=0, max_hold_us=1000)
     assert gp.scheduler.pacing() == {"idle_window": 4, "contended_window": 0, "max_hold_us": 1000}
@@ -339,3 +344,51 @@ def test_top_renders_published_snapshots(tmp_path, capsys):
     assert "shown" in out and "PARTITION" in out and "default" in out
     assert cli.main(["top", "--json", "--dir", str(tmp_path)]) == 0
     assert json.loads(capsys.readouterr().out)[0]["pid"] > 0
+
+
+_SPIN = r"""
+extern "C" __global__ void spin(long long cycles) {
+    long long t0 = clock64();
+    while (clock64() - t0 < cycles) {}
+}"""
+
+
+@pytest.mark.gpu
+def test_best_effort_launches_wait_for_guaranteed_work():
+    if gp.info().backend != "cuda":
+        pytest.skip("pacing needs the CUDA backend")
+    spin = gp.jit(_SPIN, "spin")
+    cycles = int(gp._runtime.get().props["clock_rate_khz"]) * 1000 // 50  # ~20 ms
+    old = gp.scheduler.pacing()
+    gp.scheduler.set_pacing(idle_window=8, contended_window=0, max_hold_us=2_000_000)
+    try:
+        with gp.task("g", qos="guaranteed", memory="1MiB") as g:
+            assert g.stream.priority == gp.Stream.priority_range()[1]  # the highest priority
+            with gp.task("be", qos="best_effort") as be:
+                assert be.stream.priority == gp.Stream.priority_range()[0]
+                spin(1, 1, cycles, stream=g.stream)  # the guaranteed stream is busy for ~20 ms
+                x = gp.arange(1000, dtype=gp.float32)
+                t0 = time.perf_counter()
+                y = x + 1  # held at the gate until the guaranteed stream drains
+                held = time.perf_counter() - t0
+                np.testing.assert_array_equal(y.to_numpy(), np.arange(1000, dtype=np.float32) + 1)
+                info = be.info()
+                assert info.waits >= 1 and info.launches >= 2 and held > 0.005
+                assert info.wait_ns > 5e6
+            assert be.counters is not None and be.counters["launches"] == info.launches
+    finally:
+        gp.scheduler.set_pacing(**old)
+
+
+@pytest.mark.gpu
+def test_best_effort_matmul_is_paced_and_correct():
+    if gp.info().backend != "cuda":
+        pytest.skip("needs the CUDA backend")
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((256, 192)).astype(np.float32)
+    b = rng.standard_normal((192, 128)).astype(np.float32)
+    part = gp.scheduler.partition(fresh("batch"), compute=0.5)
+    with gp.task("be-mm", qos="best_effort", partition=part) as t:
+        c = gp.from_numpy(a) @ gp.from_numpy(b)
+        np.testing.assert_allclose(c.to_numpy(), a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
+        assert t.sm_budget is not None and t.info().launches >= 1

@@ -207,7 +207,11 @@ class Task:
         s = _sched()
         if self.stream is None:
             least, greatest = Stream.priority_range()
-            self.stream = Stream(s.stream_priority(self.qos, least, greatest))
+            outer = _current.set(None)  # the task's own stream, not one adopted by an enclosing task
+            try:
+                self.stream = Stream(s.stream_priority(self.qos, least, greatest))
+            finally:
+                _current.reset(outer)
             if _runtime.get().backend == "cpu":
                 # The CPU backend has no streams; a per-task handle keeps charging per task.
                 self.stream.handle = cpu_stream_handle()

@@ -29,6 +29,7 @@ from .nn_norms import bench_nn_norms
 from .nn_rope import bench_nn_rope
 from .nn_sampling import bench_nn_sampling
 from .random import bench_random
+from .scheduler import bench_scheduler
 from .softmax import bench_softmax
 from .sorting import bench_sorting
 
@@ -286,4 +287,5 @@ SUITE = {
     "nn_attention": bench_nn_attention,
     "nn_decode": bench_nn_decode,
     "sorting": bench_sorting,
+    "scheduler": bench_scheduler,
 }
