@@ -25,6 +25,8 @@ use pygpukit_runtime::driver::{
 use pygpukit_runtime::host;
 use pygpukit_runtime::pool::{Block, Pool, PoolError, PoolStats};
 
+mod transfer;
+
 const CAPSULE_NAME: &str = "pygpukit.driver_table";
 
 // ----- errors ----------------------------------------------------------------
@@ -347,6 +349,7 @@ fn _rt(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(host_table_stats, m)?)?;
     m.add_class::<PyPool>()?;
     m.add_class::<PyBlock>()?;
+    transfer::register(m)?;
     m.add("DRIVER_TABLE_ABI", PGK_DRIVER_TABLE_ABI)?;
     m.add("DRIVER_TABLE_CAPSULE", CAPSULE_NAME)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

@@ -31,6 +31,7 @@ from .nn_sampling import bench_nn_sampling
 from .random import bench_random
 from .softmax import bench_softmax
 from .sorting import bench_sorting
+from .transfer import bench_transfer
 
 
 def _impls(quick: bool):
@@ -286,4 +287,5 @@ SUITE = {
     "nn_attention": bench_nn_attention,
     "nn_decode": bench_nn_decode,
     "sorting": bench_sorting,
+    "transfer": bench_transfer,
 }
