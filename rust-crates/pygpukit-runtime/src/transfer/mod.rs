@@ -27,8 +27,10 @@
 //!
 //! The engine is `Sync`: one mutex guards the ring (held only to pick or
 //! return a buffer); host copies, waits and driver calls run without it, so
-//! several threads transfer at once. Host copies of large chunks are split
-//! over `copy_threads` threads. Staging memory is allocated at the first
+//! several threads transfer at once. Each transfer is worked by up to
+//! `copy_threads` threads (the caller's and scoped helpers) that take chunks
+//! from a shared counter, so host copies of different chunks run in
+//! parallel while the DMAs follow each other. Staging memory is allocated at the first
 //! transfer. With the host driver table (CPU mode) every copy is a
 //! synchronous memmove and every event is complete: the same code runs in CI.
 
@@ -40,6 +42,7 @@ mod stats;
 mod tests;
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -97,7 +100,8 @@ pub struct TransferConfig {
     pub chunk_bytes: u64,
     /// Number of pinned staging buffers in the ring.
     pub staging_buffers: usize,
-    /// Threads that share the host copy of one chunk (1: the calling thread only).
+    /// Threads that work one transfer, each copying whole chunks (1: the
+    /// calling thread only).
     pub copy_threads: usize,
 }
 
@@ -222,6 +226,21 @@ impl TransferEngine {
             .snapshot(self.inner.ring.staging_bytes(self.inner.config.chunk_bytes))
     }
 
+    /// How a transfer of `nbytes` is cut: (chunk size, chunks, workers).
+    /// Up to `copy_threads` workers copy whole chunks in parallel; a
+    /// transfer is cut into at least as many chunks as workers while chunks
+    /// stay at least [`MIN_WORKER_CHUNK`], so that mid-sized arrays use
+    /// every worker too. More workers than buffers would only wait.
+    pub fn plan(&self, nbytes: u64) -> (u64, u64, usize) {
+        let c = &self.inner.config;
+        let threads = c.copy_threads.min(c.staging_buffers) as u64;
+        let chunk = c
+            .chunk_bytes
+            .min(MIN_WORKER_CHUNK.max(nbytes.div_ceil(threads)));
+        let chunks = nbytes.div_ceil(chunk);
+        (chunk, chunks, threads.min(chunks).max(1) as usize)
+    }
+
     /// Copy `nbytes` from host memory at `src` to device memory at `dst`.
     /// Returns when every chunk is queued (`src` may then be reused); the
     /// device copy is complete when the returned transfer's event is.
@@ -240,45 +259,57 @@ impl TransferEngine {
         check_range("destination", dst, nbytes)?;
         check_range("source", src as u64, nbytes)?;
         let started = Instant::now();
-        let inner = &*self.inner;
         let stream = self.stream(priority);
-        let transfer = self.new_transfer(Direction::HostToDevice, priority, nbytes)?;
-        let mut off = 0u64;
-        while off < nbytes {
-            let len = inner.config.chunk_bytes.min(nbytes - off);
-            let lease =
-                inner
-                    .ring
-                    .acquire(&inner.driver, priority, true, inner.config.chunk_bytes)?;
-            let lease = lease.expect("a blocking acquire returns a buffer");
-            self.wait_for_buffer(&lease)?;
-            let t = Instant::now();
-            unsafe {
-                host_copy(
-                    lease.ptr as *mut u8,
-                    src.add(off as usize),
-                    len as usize,
-                    inner.config.copy_threads,
-                )
-            };
-            inner.counters.add_host_copy(t.elapsed());
-            let queued = unsafe { inner.driver.memcpy_async(dst + off, lease.ptr, len, stream) }
-                .and_then(|()| inner.driver.event_record(lease.event, stream));
-            if let Err(e) = queued {
-                // The buffer may still be read by the DMA: do not hand it on
-                // before the stream is idle (best effort, the error is returned).
-                let _ = inner.driver.stream_synchronize(stream);
-                return Err(e.into());
+        let (chunk, chunks, workers) = self.plan(nbytes);
+        let transfer = self.new_transfer(Direction::HostToDevice, priority, nbytes, chunks)?;
+        // An address, not a pointer: workers run on other threads.
+        let src = src as u64;
+        self.run_workers(chunks, workers, |queue| {
+            while let Some(i) = queue.take() {
+                let off = i * chunk;
+                let len = chunk.min(nbytes - off);
+                // SAFETY: within the caller's ranges.
+                unsafe { self.h2d_chunk(dst + off, (src + off) as *const u8, len, priority) }?;
             }
-            drop(lease);
-            inner.counters.add_chunk();
-            off += len;
-        }
-        inner.driver.event_record(transfer.event, stream)?;
-        inner
+            Ok(())
+        })?;
+        self.inner.driver.event_record(transfer.event, stream)?;
+        self.inner
             .counters
             .finish(Direction::HostToDevice, nbytes, started.elapsed());
         Ok(transfer)
+    }
+
+    /// One chunk of a host-to-device transfer: into a staging buffer on the
+    /// host, then a DMA and the buffer's event on the copy stream.
+    unsafe fn h2d_chunk(
+        &self,
+        dst: Handle,
+        src: *const u8,
+        len: u64,
+        priority: Priority,
+    ) -> Result<(), TransferError> {
+        let inner = &*self.inner;
+        let stream = self.stream(priority);
+        let lease = inner
+            .ring
+            .acquire(&inner.driver, priority, true, inner.config.chunk_bytes)?;
+        let lease = lease.expect("a blocking acquire returns a buffer");
+        self.wait_for_buffer(&lease)?;
+        let t = Instant::now();
+        unsafe { std::ptr::copy_nonoverlapping(src, lease.ptr as *mut u8, len as usize) };
+        inner.counters.add_host_copy(t.elapsed());
+        let queued = unsafe { inner.driver.memcpy_async(dst, lease.ptr, len, stream) }
+            .and_then(|()| inner.driver.event_record(lease.event, stream));
+        if let Err(e) = queued {
+            // The DMA may still read the buffer and its event does not say
+            // so: let the stream drain before the buffer goes back (best
+            // effort, the error is returned).
+            let _ = inner.driver.stream_synchronize(stream);
+            return Err(e.into());
+        }
+        inner.counters.add_chunk();
+        Ok(())
     }
 
     /// Copy `nbytes` from device memory at `src` to host memory at `dst`.
@@ -298,62 +329,116 @@ impl TransferEngine {
         check_range("destination", dst as u64, nbytes)?;
         check_range("source", src, nbytes)?;
         let started = Instant::now();
+        let stream = self.stream(priority);
+        let (chunk, chunks, workers) = self.plan(nbytes);
+        let mut transfer = self.new_transfer(Direction::DeviceToHost, priority, nbytes, chunks)?;
+        let dst = dst as u64;
+        self.run_workers(chunks, workers, |queue| {
+            // SAFETY: within the caller's ranges.
+            unsafe { self.d2h_worker(queue, dst, src, nbytes, chunk, priority) }
+        })?;
+        // The data is in `dst` now; the event (which also covers other
+        // transfers queued earlier on the stream) only orders later device work.
+        self.inner.driver.event_record(transfer.event, stream)?;
+        transfer.landed = true;
+        self.inner
+            .counters
+            .finish(Direction::DeviceToHost, nbytes, started.elapsed());
+        Ok(transfer)
+    }
+
+    /// One worker of a device-to-host transfer: queues DMAs of chunks into
+    /// every buffer it can take without waiting (at least one, so progress
+    /// never depends on other threads), then copies its oldest chunk out
+    /// once that DMA is done, and repeats.
+    unsafe fn d2h_worker(
+        &self,
+        queue: &ChunkQueue,
+        dst: u64,
+        src: Handle,
+        nbytes: u64,
+        chunk: u64,
+        priority: Priority,
+    ) -> Result<(), TransferError> {
         let inner = &*self.inner;
         let stream = self.stream(priority);
-        let mut transfer = self.new_transfer(Direction::DeviceToHost, priority, nbytes)?;
         let mut in_flight: VecDeque<(Lease<'_>, u64, u64)> = VecDeque::new();
-        let drained = (|| -> Result<(), TransferError> {
-            let mut off = 0u64;
+        let result = (|| -> Result<(), TransferError> {
             loop {
-                // Queue DMAs into every buffer we can take without waiting
-                // (at least one, so that progress never depends on others).
-                while off < nbytes {
+                while queue.has_more() {
                     let block = in_flight.is_empty();
-                    let chunk = inner.config.chunk_bytes;
-                    let Some(lease) = inner.ring.acquire(&inner.driver, priority, block, chunk)?
+                    let Some(lease) = inner.ring.acquire(
+                        &inner.driver,
+                        priority,
+                        block,
+                        inner.config.chunk_bytes,
+                    )?
                     else {
                         break;
                     };
-                    let len = chunk.min(nbytes - off);
+                    let Some(i) = queue.take() else {
+                        break; // another worker took the last chunk
+                    };
+                    let (off, len) = (i * chunk, chunk.min(nbytes - i * chunk));
                     self.wait_for_buffer(&lease)?;
                     unsafe { inner.driver.memcpy_async(lease.ptr, src + off, len, stream) }?;
                     inner.driver.event_record(lease.event, stream)?;
                     in_flight.push_back((lease, off, len));
-                    off += len;
                 }
-                let Some((lease, at, len)) = in_flight.pop_front() else {
+                let Some((lease, off, len)) = in_flight.pop_front() else {
                     return Ok(());
                 };
                 self.wait_for_buffer(&lease)?;
                 let t = Instant::now();
                 unsafe {
-                    host_copy(
-                        dst.add(at as usize),
+                    std::ptr::copy_nonoverlapping(
                         lease.ptr as *const u8,
+                        (dst + off) as *mut u8,
                         len as usize,
-                        inner.config.copy_threads,
                     )
                 };
                 inner.counters.add_host_copy(t.elapsed());
                 inner.counters.add_chunk();
             }
         })();
-        if let Err(e) = drained {
+        if result.is_err() {
             // DMAs into the buffers still held may be pending (or a failed
             // record left them unguarded): let the stream drain before the
             // buffers go back to the ring.
             let _ = inner.driver.stream_synchronize(stream);
-            drop(in_flight);
-            return Err(e);
         }
-        // The data is in `dst` now; the event (which also covers other
-        // transfers queued earlier on the stream) only orders later device work.
-        inner.driver.event_record(transfer.event, stream)?;
-        transfer.landed = true;
-        inner
-            .counters
-            .finish(Direction::DeviceToHost, nbytes, started.elapsed());
-        Ok(transfer)
+        result
+    }
+
+    /// Run `work` on `workers` threads (the caller's and scoped ones) that
+    /// share one queue of `chunks`; the first error stops the others and is
+    /// returned.
+    fn run_workers<F>(&self, chunks: u64, workers: usize, work: F) -> Result<(), TransferError>
+    where
+        F: Fn(&ChunkQueue) -> Result<(), TransferError> + Sync,
+    {
+        let queue = ChunkQueue::new(chunks);
+        let run = || {
+            let r = work(&queue);
+            if r.is_err() {
+                queue.stop();
+            }
+            r
+        };
+        if workers <= 1 {
+            return run();
+        }
+        std::thread::scope(|s| {
+            let helpers: Vec<_> = (1..workers).map(|_| s.spawn(run)).collect();
+            let mut result = run();
+            for h in helpers {
+                let r = h.join().expect("a transfer worker panicked");
+                if result.is_ok() {
+                    result = r;
+                }
+            }
+            result
+        })
     }
 
     fn new_transfer(
@@ -361,6 +446,7 @@ impl TransferEngine {
         direction: Direction,
         priority: Priority,
         nbytes: u64,
+        chunks: u64,
     ) -> Result<Transfer, TransferError> {
         let event = self.inner.driver.event_create()?;
         Ok(Transfer {
@@ -369,7 +455,7 @@ impl TransferEngine {
             direction,
             priority,
             nbytes,
-            chunks: nbytes.div_ceil(self.inner.config.chunk_bytes),
+            chunks,
             landed: false,
         })
     }
@@ -393,6 +479,39 @@ impl Drop for Inner {
     }
 }
 
+/// Chunk indices handed out to the workers of one transfer.
+struct ChunkQueue {
+    next: AtomicU64,
+    chunks: u64,
+    stopped: AtomicBool,
+}
+
+impl ChunkQueue {
+    fn new(chunks: u64) -> ChunkQueue {
+        ChunkQueue {
+            next: AtomicU64::new(0),
+            chunks,
+            stopped: AtomicBool::new(false),
+        }
+    }
+
+    fn has_more(&self) -> bool {
+        !self.stopped.load(Relaxed) && self.next.load(Relaxed) < self.chunks
+    }
+
+    fn take(&self) -> Option<u64> {
+        if self.stopped.load(Relaxed) {
+            return None;
+        }
+        let i = self.next.fetch_add(1, Relaxed);
+        (i < self.chunks).then_some(i)
+    }
+
+    fn stop(&self) {
+        self.stopped.store(true, Relaxed);
+    }
+}
+
 fn check_range(what: &str, addr: u64, nbytes: u64) -> Result<(), TransferError> {
     if addr.checked_add(nbytes).is_none() || usize::try_from(nbytes).is_err() {
         return Err(TransferError::InvalidArgument(format!(
@@ -402,39 +521,9 @@ fn check_range(what: &str, addr: u64, nbytes: u64) -> Result<(), TransferError> 
     Ok(())
 }
 
-/// Below this many bytes per thread a split host copy costs more in thread
-/// start-up than it gains.
-const MIN_BYTES_PER_COPY_THREAD: usize = 1 << 20;
-
-/// `memcpy` of `len` bytes, split over up to `threads` threads (page-aligned
-/// parts) when the copy is large enough.
-///
-/// # Safety
-/// `src` readable and `dst` writable for `len` bytes; the ranges do not overlap.
-unsafe fn host_copy(dst: *mut u8, src: *const u8, len: usize, threads: usize) {
-    let parts = threads.min(len / MIN_BYTES_PER_COPY_THREAD).max(1);
-    if parts == 1 {
-        unsafe { std::ptr::copy_nonoverlapping(src, dst, len) };
-        return;
-    }
-    let part = (len.div_ceil(parts) + 4095) & !4095;
-    // Addresses as integers: raw pointers are not Send.
-    let (d, s) = (dst as usize, src as usize);
-    let copy = move |start: usize| {
-        let n = part.min(len.saturating_sub(start));
-        if n > 0 {
-            unsafe {
-                std::ptr::copy_nonoverlapping((s + start) as *const u8, (d + start) as *mut u8, n)
-            };
-        }
-    };
-    std::thread::scope(|scope| {
-        for i in 1..parts {
-            scope.spawn(move || copy(i * part));
-        }
-        copy(0);
-    });
-}
+/// Smallest chunk a transfer is cut into to give every worker one: below
+/// about 1 MiB a thread's start-up costs more than its share of the copy.
+pub const MIN_WORKER_CHUNK: u64 = 1 << 20;
 
 /// One queued transfer: its completion event, which a consumer stream can
 /// wait on, and what it moved. Destroys the event when dropped (the driver

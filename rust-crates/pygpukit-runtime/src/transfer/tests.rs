@@ -409,8 +409,14 @@ fn buffers_are_handed_out_oldest_first() {
 
 #[test]
 fn driver_errors_are_typed_and_leave_the_engine_usable() {
+    for workers in [1, 2] {
+        driver_errors_with(workers);
+    }
+}
+
+fn driver_errors_with(workers: usize) {
     let (driver, dev) = lazy_driver();
-    let engine = TransferEngine::new(driver, config(64, 2, 1), HIGH, LOW).unwrap();
+    let engine = TransferEngine::new(driver, config(64, 2, workers), HIGH, LOW).unwrap();
     let src = pattern(640, 5);
     let mut dst = vec![0u8; 640];
     dev.fail_memcpy_at.store(4, SeqCst);
@@ -512,12 +518,61 @@ fn concurrent_transfers_from_many_threads() {
 }
 
 #[test]
-fn split_host_copies_are_exact() {
-    let n = (5 << 20) + 123;
-    let src = pattern(n, 4);
-    let mut dst = vec![0u8; n];
-    unsafe { host_copy(dst.as_mut_ptr(), src.as_ptr(), n, 4) };
-    assert!(dst == src);
+fn plans_give_every_worker_a_chunk_of_at_least_a_mib() {
+    let mib = MIN_WORKER_CHUNK;
+    let engine = TransferEngine::new(Driver::host(), config(8 * mib, 4, 4), HIGH, LOW).unwrap();
+    assert_eq!(engine.plan(0), (mib, 0, 1));
+    assert_eq!(engine.plan(1000), (mib, 1, 1));
+    assert_eq!(engine.plan(3 * mib), (mib, 3, 3));
+    assert_eq!(engine.plan(6 * mib), (3 * mib / 2, 4, 4));
+    assert_eq!(engine.plan(256 * mib), (8 * mib, 32, 4));
+    // No more workers than buffers, nor than copy_threads.
+    let engine = TransferEngine::new(Driver::host(), config(8 * mib, 2, 4), HIGH, LOW).unwrap();
+    assert_eq!(engine.plan(64 * mib), (8 * mib, 8, 2));
+    let engine = TransferEngine::new(Driver::host(), config(4096, 4, 1), HIGH, LOW).unwrap();
+    assert_eq!(engine.plan(10_000), (4096, 3, 1));
+}
+
+#[test]
+fn parallel_workers_through_a_lazy_device() {
+    for workers in [2, 3, 4] {
+        let (driver, dev) = lazy_driver();
+        let engine = TransferEngine::new(driver, config(256, 4, workers), HIGH, LOW).unwrap();
+        let n = 256 * 50 + 13;
+        let src = pattern(n, workers as u8);
+        let mut dst = vec![0u8; n];
+        let t = unsafe {
+            engine.host_to_device(
+                dst.as_mut_ptr() as u64,
+                src.as_ptr(),
+                n as u64,
+                Priority::Normal,
+            )
+        }
+        .unwrap();
+        t.wait().unwrap();
+        assert!(
+            dst == src,
+            "{workers} workers: host to device corrupted data"
+        );
+        let mut back = vec![0u8; n];
+        let t = unsafe {
+            engine.device_to_host(
+                back.as_mut_ptr(),
+                dst.as_ptr() as u64,
+                n as u64,
+                Priority::Low,
+            )
+        }
+        .unwrap();
+        assert!(t.done().unwrap());
+        assert!(
+            back == src,
+            "{workers} workers: device to host corrupted data"
+        );
+        assert_eq!(dev.memcpy_calls.load(SeqCst), 2 * 51);
+        assert_eq!(engine.stats().chunks, 2 * 51);
+    }
 }
 
 #[test]
