@@ -225,6 +225,32 @@ def test_gpu_freed_destinations_are_not_overwritten_under_running_kernels(rng):
         np.testing.assert_array_equal(y.to_numpy(), x)
 
 
+_SPIN = """
+extern "C" __global__ void spin(long long cycles, int* out) {
+    long long start = clock64();
+    while (clock64() - start < cycles) {}
+    out[0] = 1;
+}
+"""
+
+
+@pytest.mark.gpu
+def test_gpu_copy_overlaps_compute_queued_before_it(rng):
+    # A kernel of about 0.5 s on the compute stream; a 64 MiB copy issued after
+    # it must finish while it still runs (no hidden dependency on that stream),
+    # and work queued after the copy on the compute stream waits for both.
+    x = rng.standard_normal(1 << 24).astype(np.float32)
+    spin = gp.jit(_SPIN, "spin")
+    flag = gp.zeros(1, gp.int32)
+    spin(1, 1, 1 << 30, flag)  # ~0.5 s at 2 GHz
+    kernel_done = gp.Event().record()
+    a, t = gp.transfer.to_device(x)
+    t.wait()
+    assert not kernel_done.query(), "the copy waited for the compute stream"
+    np.testing.assert_array_equal((a + 0).to_numpy(), x)
+    assert kernel_done.query()
+
+
 @pytest.mark.gpu
 def test_gpu_priorities_choose_the_copy_stream(rng):
     x = rng.standard_normal(1 << 20).astype(np.float32)
