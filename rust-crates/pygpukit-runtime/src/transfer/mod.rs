@@ -2,7 +2,8 @@
 //! pipelined through a ring of pinned staging buffers on dedicated copy
 //! streams.
 //!
-//! * Host to device: the source is cut into chunks of `chunk_bytes`. Each
+//! * Host to device: the source is cut into chunks of up to `chunk_bytes`
+//!   ([`TransferEngine::plan`]). Each
 //!   chunk takes a free staging buffer (waiting for the event of its previous
 //!   copy), is copied into it on the host, and is queued with `memcpy_async`
 //!   on the copy stream, followed by the buffer's event. So the host copy of
@@ -30,8 +31,8 @@
 //! several threads transfer at once. Each transfer is worked by up to
 //! `copy_threads` threads (the caller's and scoped helpers) that take chunks
 //! from a shared counter, so host copies of different chunks run in
-//! parallel while the DMAs follow each other. Staging memory is allocated at the first
-//! transfer. With the host driver table (CPU mode) every copy is a
+//! parallel while the DMAs follow each other. Staging memory is allocated
+//! at the first transfer. With the host driver table (CPU mode) every copy is a
 //! synchronous memmove and every event is complete: the same code runs in CI.
 
 mod error;
