@@ -29,6 +29,8 @@ use pygpukit_runtime::scheduler::Scheduler;
 mod scheduler;
 use scheduler::{sched_err, PyBuffer, PyScheduler, Shared};
 
+mod transfer;
+
 const CAPSULE_NAME: &str = "pygpukit.driver_table";
 
 // ----- errors ----------------------------------------------------------------
@@ -205,12 +207,22 @@ impl PyPool {
         })
     }
 
-    /// Allocate `nbytes` for use on `stream`; the Block frees itself when dropped.
-    #[pyo3(signature = (nbytes, stream = 0))]
-    fn alloc(&self, py: Python<'_>, nbytes: &Bound<'_, PyAny>, stream: u64) -> PyResult<PyBlock> {
+    /// Allocate `nbytes` for use on `stream`, charged to the task of `charge`
+    /// (default: of `stream`); the Block frees itself when dropped.
+    #[pyo3(signature = (nbytes, stream = 0, charge = None))]
+    fn alloc(
+        &self,
+        py: Python<'_>,
+        nbytes: &Bound<'_, PyAny>,
+        stream: u64,
+        charge: Option<u64>,
+    ) -> PyResult<PyBlock> {
         let nbytes = non_negative(nbytes, "nbytes")?;
         let s = &self.shared;
-        match s.sched.alloc(nbytes, stream, &s.can_evict()) {
+        match s
+            .sched
+            .alloc_charged(nbytes, stream, charge.unwrap_or(stream), &s.can_evict())
+        {
             Ok(block) => Ok(PyBlock {
                 pool: Arc::clone(&self.pool),
                 sched: Arc::clone(&s.sched),
@@ -376,6 +388,7 @@ fn _rt(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyBlock>()?;
     m.add_class::<PyScheduler>()?;
     m.add_class::<PyBuffer>()?;
+    transfer::register(m)?;
     m.add("DRIVER_TABLE_ABI", PGK_DRIVER_TABLE_ABI)?;
     m.add("DRIVER_TABLE_CAPSULE", CAPSULE_NAME)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

@@ -10,7 +10,7 @@ from contextlib import AbstractContextManager
 
 __version__ = "0.1.0"
 
-from . import memory, ops, plugins, random, scheduler
+from . import memory, ops, plugins, random, scheduler, transfer
 from ._dtypes import (
     bfloat16,
     bool_,
@@ -115,7 +115,7 @@ from .shape import (
 )
 from .softmax import log_softmax, logsumexp, softmax
 from .sorting import argsort, searchsorted, sort, topk, unique
-from .streams import Event, Stream, current_stream, synchronize
+from .streams import Event, Stream, current_stream, synchronize, synchronize_async
 from .ufuncs import (
     Ufunc,
     abs,
@@ -443,6 +443,7 @@ __all__ = [
     "sum",
     "swapaxes",
     "synchronize",
+    "synchronize_async",
     "take",
     "take_along_axis",
     "tan",
@@ -451,6 +452,7 @@ __all__ = [
     "tile",
     "to_numpy",
     "topk",
+    "transfer",
     "transpose",
     "tril",
     "triu",

@@ -8,9 +8,9 @@ from typing import Any
 
 import numpy as np
 
-from . import _dtypes, _runtime
+from . import _dtypes, _runtime, transfer
 from .array import GPUArray, normalize_shape
-from .streams import on_stream
+from .streams import _local, on_stream
 
 
 @on_stream
@@ -76,6 +76,9 @@ def from_numpy(array: np.ndarray, evictable: bool = False) -> GPUArray:
 
     A non-contiguous array raises ValueError: pass it through
     ``np.ascontiguousarray`` first, or use ``gp.asarray``, which does that for you.
+    On CUDA, arrays of ``gp.transfer.ENGINE_THRESHOLD`` bytes or more go through
+    the transfer engine (pinned staging on a copy stream; the current stream
+    waits for it on the device), smaller ones through one direct copy.
     """
     if not isinstance(array, np.ndarray):
         raise TypeError(f"from_numpy expects a numpy.ndarray, got {type(array).__name__}")
@@ -85,9 +88,15 @@ def from_numpy(array: np.ndarray, evictable: bool = False) -> GPUArray:
             f"from_numpy needs a C-contiguous array, got one with shape {array.shape} and strides "
             f"{array.strides}; use np.ascontiguousarray(a) or gp.asarray(a)"
         )
-    out = empty(tuple(array.shape), dt, evictable) if evictable else GPUArray._empty(tuple(array.shape), dt)
+    rt = _runtime.get()
+    if evictable:
+        out = empty(tuple(array.shape), dt, True)
+    elif array.nbytes >= transfer.ENGINE_THRESHOLD and rt.backend == "cuda" and _local.capture is None:
+        return transfer.to_device(array)[0]
+    else:
+        out = GPUArray._empty(tuple(array.shape), dt)
     if out.size:
-        _runtime.get().ops.from_host(out, array)
+        rt.ops.from_host(out, array)
     return out
 
 

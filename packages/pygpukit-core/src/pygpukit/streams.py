@@ -6,6 +6,11 @@ otherwise. Nothing synchronizes
 implicitly except reading values back to the host (``to_numpy``, ``item``,
 ``repr``, ``bool``). On the CPU backend work is synchronous and streams and
 events are bookkeeping only (timing events still measure host time).
+
+asyncio: ``await event``, ``await stream.synchronize_async()`` and
+``await gp.synchronize_async()`` wait without blocking the event loop: they
+poll the event with a back-off from 20 us to 1 ms through ``asyncio.sleep``
+(no threads). On the CPU backend they complete at once.
 """
 
 from __future__ import annotations
@@ -14,7 +19,8 @@ import contextvars
 import functools
 import threading
 import time
-from collections.abc import Callable
+import weakref
+from collections.abc import Callable, Generator
 from typing import Any, TypeVar, cast
 
 from . import _runtime
@@ -61,6 +67,24 @@ def check_not_capturing(what: str) -> None:
         )
 
 
+# Back-off of the asyncio polls, in seconds: short first (a kernel of a few
+# microseconds is done almost at once), then bounded so that a long wait costs
+# the event loop about a thousand wake-ups per second.
+POLL_MIN_S = 20e-6
+POLL_MAX_S = 1e-3
+
+
+async def poll_until(ready: Callable[[], bool]) -> None:
+    """Return once ``ready()`` is true, sleeping between polls (asyncio.sleep,
+    doubling from POLL_MIN_S to POLL_MAX_S) so that the event loop keeps running."""
+    import asyncio  # here, not at module level: it costs `import pygpukit` 10 ms
+
+    delay = POLL_MIN_S
+    while not ready():
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, POLL_MAX_S)
+
+
 def current_stream_handle() -> int:
     """Handle of the current stream (the hot path of every op)."""
     stack = _stack.get()
@@ -82,6 +106,7 @@ class Stream:
         self.priority = priority
         self.handle = rt.native.stream_create(priority, True) if rt.backend == "cuda" else 0
         self._owned = rt.backend == "cuda"
+        _live_streams.add(self)
         self._task: Any = None
         from .scheduler import current_task
 
@@ -112,6 +137,12 @@ class Stream:
         check_not_capturing("Stream.synchronize()")
         if self._rt.backend == "cuda":
             self._rt.native.stream_synchronize(self.handle)
+
+    async def synchronize_async(self) -> None:
+        """Wait, without blocking the event loop, until the work queued on this
+        stream so far is done."""
+        check_not_capturing("Stream.synchronize_async()")
+        await Event().record(self)
 
     def query(self) -> bool:
         """True when all work queued on this stream is done."""
@@ -151,6 +182,11 @@ def cpu_stream_handle() -> int:
     return next(_cpu_handles)
 
 
+# Every Stream made here, for synchronize_async (which cannot wait for the
+# whole context as cuCtxSynchronize does).
+_live_streams: weakref.WeakSet[Stream] = weakref.WeakSet()
+
+
 def current_stream() -> Stream:
     """The stream ops on this thread (or asyncio task) are queued on."""
     stack = _stack.get()
@@ -183,6 +219,10 @@ class Event:
     def query(self) -> bool:
         return self._rt.native.event_query(self.handle) if self._rt.backend == "cuda" else True
 
+    def __await__(self) -> Generator[Any, None, None]:
+        """``await event``: wait for it without blocking the event loop."""
+        return poll_until(self.query).__await__()
+
     def elapsed_time(self, end: Event) -> float:
         """Milliseconds from this event to ``end``; both must have been recorded with timing=True."""
         if not (self.timing and end.timing):
@@ -207,3 +247,16 @@ def synchronize() -> None:
     rt = _runtime.get()
     if rt.backend == "cuda":
         rt.native.synchronize()
+
+
+async def synchronize_async() -> None:
+    """Wait, without blocking the event loop, for the work queued so far on
+    pygpukit's default stream and on every live ``gp.Stream`` (streams of
+    other libraries are not seen: use ``synchronize()`` for those)."""
+    check_not_capturing("synchronize_async()")
+    rt = _runtime.get()
+    if rt.backend != "cuda":
+        return
+    streams = [Stream._wrap(rt.stream), *list(_live_streams)]
+    for event in [Event().record(s) for s in streams]:
+        await event

@@ -506,11 +506,23 @@ impl Scheduler {
         stream: Handle,
         can_evict: CanEvict<'_>,
     ) -> Result<Block, SchedError> {
+        self.alloc_charged(nbytes, stream, stream, can_evict)
+    }
+
+    /// Allocate `nbytes` on `stream`, charged to the task of `charge_stream`
+    /// (a copy stream's block filled for a task's stream, for example).
+    pub fn alloc_charged(
+        &self,
+        nbytes: u64,
+        stream: Handle,
+        charge_stream: Handle,
+        can_evict: CanEvict<'_>,
+    ) -> Result<Block, SchedError> {
         let charged = round_size(nbytes).ok_or_else(|| {
             SchedError::Invalid(format!("cannot allocate {nbytes} bytes: too large"))
         })?;
         let mut g = self.lock();
-        let owner = g.st.owner_of_stream(stream);
+        let owner = g.st.owner_of_stream(charge_stream);
         self.charge(&mut g, owner, charged, None, can_evict)?;
         match self.pool_alloc(&mut g, owner, nbytes, stream, None, can_evict) {
             Ok(b) => {

@@ -32,6 +32,7 @@ from .random import bench_random
 from .scheduler import bench_scheduler
 from .softmax import bench_softmax
 from .sorting import bench_sorting
+from .transfer import bench_transfer
 
 
 def _impls(quick: bool):
@@ -288,4 +289,5 @@ SUITE = {
     "nn_decode": bench_nn_decode,
     "sorting": bench_sorting,
     "scheduler": bench_scheduler,
+    "transfer": bench_transfer,
 }
