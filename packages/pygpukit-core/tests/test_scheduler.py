@@ -392,3 +392,17 @@ def test_best_effort_matmul_is_paced_and_correct():
         c = gp.from_numpy(a) @ gp.from_numpy(b)
         np.testing.assert_allclose(c.to_numpy(), a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
         assert t.sm_budget is not None and t.info().launches >= 1
+
+
+def test_transfers_are_charged_to_the_consumer_task():
+    part = gp.scheduler.partition(fresh(), memory="8MiB")
+    host = np.arange(MiB, dtype=np.uint8)
+    with gp.task("loader", partition=part) as t:
+        a, tr = gp.transfer.to_device(host)
+        tr.wait()
+        assert t.info().used == MiB
+        np.testing.assert_array_equal(a.to_numpy(), host)
+        with pytest.raises(gp.OutOfMemoryError, match="partition"):
+            gp.transfer.to_device(np.zeros(8 * MiB, np.uint8))
+        del a, tr  # the transfer holds its destination too
+        assert t.info().used == 0
