@@ -367,10 +367,10 @@ def test_best_effort_launches_wait_for_guaranteed_work():
             with gp.task("be", qos="best_effort") as be:
                 assert be.stream.priority == gp.Stream.priority_range()[0]
                 spin(1, 1, cycles, stream=g.stream)  # the guaranteed stream is busy for ~20 ms
-                x = gp.arange(1000, dtype=gp.float32)
                 t0 = time.perf_counter()
-                y = x + 1  # held at the gate until the guaranteed stream drains
+                x = gp.arange(1000, dtype=gp.float32)  # held at the gate until the guaranteed stream drains
                 held = time.perf_counter() - t0
+                y = x + 1
                 np.testing.assert_array_equal(y.to_numpy(), np.arange(1000, dtype=np.float32) + 1)
                 info = be.info()
                 assert info.waits >= 1 and info.launches >= 2 and held > 0.005

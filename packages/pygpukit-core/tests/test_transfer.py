@@ -171,8 +171,8 @@ def test_transfer_benchmark_suite_runs(monkeypatch):
     monkeypatch.setattr(bench, "CPU_MIB", 4)
     rec = Recorder("cpu")
     bench.bench_transfer(rec, quick=True)
-    benches = {(r.bench, r.impl) for r in rec.records}
-    assert {("h2d_4MiB_pageable", "pygpukit"), ("h2d_4MiB_pageable", "direct"), ("d2h_4MiB_pageable", "pygpukit")} <= benches
+    benches = {(r.bench.split("_")[0], r.impl) for r in rec.records if r.bench.endswith("MiB_pageable")}
+    assert {("h2d", "pygpukit"), ("h2d", "direct"), ("d2h", "pygpukit")} <= benches  # sizes differ on a GPU
     assert all(r.value > 0 for r in rec.records)
 
 
