@@ -33,7 +33,7 @@ def _np_probs(logits, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, strict=Tru
     z = np.asarray(logits, np.float64) / temperature
     v = z.size
     if 0 < top_k < v:
-        z = np.where(z < np.sort(z)[::-1][top_k - 1], -np.inf, z)
+        z = np.where(z < np.sort(z, kind="stable")[::-1][top_k - 1], -np.inf, z)
     if top_p < 1:
         pr = _softmax(z)
         order = np.argsort(-z, kind="stable")

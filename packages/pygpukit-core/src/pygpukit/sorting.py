@@ -126,7 +126,8 @@ def host_sort_rows(x: np.ndarray, descending: bool, indices: bool) -> np.ndarray
 
 def host_topk_select(x: np.ndarray, k: int, largest: bool) -> np.ndarray:
     """Positions of the first k elements of each row's stable sort, in increasing position order."""
-    return np.sort(host_sort_rows(x, largest, True)[:, :k], axis=1)
+    # kind="stable": NumPy 2.4's default (SIMD) sort misorders float16 rows on AVX-512 machines
+    return np.sort(host_sort_rows(x, largest, True)[:, :k], axis=1, kind="stable")
 
 
 def host_searchsorted(a: np.ndarray, v: np.ndarray, right: bool) -> np.ndarray:
