@@ -406,3 +406,15 @@ def test_transfers_are_charged_to_the_consumer_task():
             gp.transfer.to_device(np.zeros(8 * MiB, np.uint8))
         del a, tr  # the transfer holds its destination too
         assert t.info().used == 0
+
+
+def test_transfer_priority_follows_the_tier_and_copy_streams_are_shared():
+    host = np.ones(4096, np.float32)
+    for qos, want in (("guaranteed", "high"), ("burstable", "normal"), ("best_effort", "low")):
+        with gp.task(f"io-{qos}", qos=qos, memory="1MiB" if qos == "guaranteed" else None) as t:
+            a, tr = gp.transfer.to_device(host)
+            assert tr.priority == want
+            np.testing.assert_array_equal(a.to_numpy(), host)
+            assert len(t.info().streams) == 1  # the engine's copy streams are nobody's
+    _, tr = gp.transfer.to_device(host)
+    assert tr.priority == "normal"

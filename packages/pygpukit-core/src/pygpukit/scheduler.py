@@ -19,12 +19,13 @@ See docs/scheduler.md for the semantics of each tier.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import functools
 import inspect
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any, TypeVar, cast
 
@@ -133,6 +134,23 @@ def current_task() -> Task | None:
     return _current.get()
 
 
+@contextlib.contextmanager
+def outside_tasks() -> Iterator[None]:
+    """Run the block as if outside any task: streams made in it are not
+    adopted by the current task (a task's own stream, the copy streams)."""
+    outer = _current.set(None)
+    try:
+        yield
+    finally:
+        _current.reset(outer)
+
+
+def transfer_priority() -> str:
+    """The transfer engine's priority for the current task's tier."""
+    t = _current.get()
+    return "normal" if t is None else {"guaranteed": "high", "best_effort": "low"}.get(t.qos, "normal")
+
+
 def sm_budget() -> int | None:
     """How many SMs the current task's kernels should size their grids for:
     a best-effort task in a partition of compute share c < 1 gets c of the
@@ -207,11 +225,8 @@ class Task:
         s = _sched()
         if self.stream is None:
             least, greatest = Stream.priority_range()
-            outer = _current.set(None)  # the task's own stream, not one adopted by an enclosing task
-            try:
+            with outside_tasks():  # the task's own stream, not one adopted by an enclosing task
                 self.stream = Stream(s.stream_priority(self.qos, least, greatest))
-            finally:
-                _current.reset(outer)
             if _runtime.get().backend == "cpu":
                 # The CPU backend has no streams; a per-task handle keeps charging per task.
                 self.stream.handle = cpu_stream_handle()

@@ -8,7 +8,8 @@ compute already queued on other streams. It returns the GPUArray at once
 synchronization) and a :class:`Transfer` to wait for or await. ``to_host``
 is the reverse; it returns when the data is on the host. Priorities
 ("high", "normal", "low") choose the copy stream (high-priority stream for
-"high") and the order in which threads get staging buffers.
+"high") and the order in which threads get staging buffers; by default the
+current task's tier decides (guaranteed: high, best effort: low, else normal).
 
 ``gp.from_numpy`` uses the engine for arrays of at least ``ENGINE_THRESHOLD``
 bytes on CUDA. On the CPU backend the same engine runs over host memory and
@@ -24,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _dtypes, _runtime
+from . import _dtypes, _runtime, scheduler
 from ._errors import GraphCaptureError
 from .array import GPUArray, new_contiguous
 from .streams import Stream, _local, check_not_capturing, current_stream_handle, poll_until
@@ -118,7 +119,8 @@ def configure(chunk_bytes: int | None = None, staging_buffers: int | None = None
         if rt.backend == "cuda":
             if _copy_streams is None:
                 low, high = Stream.priority_range()
-                _copy_streams = (Stream(priority=high), Stream(priority=low))
+                with scheduler.outside_tasks():  # shared by every task
+                    _copy_streams = (Stream(priority=high), Stream(priority=low))
             table, high_h, low_h = rt.native.driver_table(), _copy_streams[0].handle, _copy_streams[1].handle
         else:
             table, high_h, low_h = _rt.host_table(), 0, 0
@@ -148,7 +150,7 @@ def stats() -> dict:
     return out
 
 
-def to_device(array: np.ndarray, priority: str = "normal", stream: Stream | None = None) -> tuple[GPUArray, Transfer]:
+def to_device(array: np.ndarray, priority: str | None = None, stream: Stream | None = None) -> tuple[GPUArray, Transfer]:
     """Copy a C-contiguous NumPy array to a new GPUArray through the engine.
 
     Returns once ``array`` may be modified again; the copy finishes on the
@@ -169,6 +171,7 @@ def to_device(array: np.ndarray, priority: str = "normal", stream: Stream | None
         raise GraphCaptureError("gp.transfer.to_device() runs on a copy stream outside the graph; call it before `with gp.graph():`")
     engine = _get()
     rt = _runtime.get()
+    priority = scheduler.transfer_priority() if priority is None else priority
     copy_stream = engine.stream(priority)
     # The block belongs to the copy stream, so that reusing it never waits for
     # compute queued earlier; the consumer stream is recorded, so that when the
@@ -184,7 +187,7 @@ def to_device(array: np.ndarray, priority: str = "normal", stream: Stream | None
     return out, transfer
 
 
-def to_host(array: GPUArray, out: np.ndarray | None = None, priority: str = "normal", stream: Stream | None = None) -> Transfer:
+def to_host(array: GPUArray, out: np.ndarray | None = None, priority: str | None = None, stream: Stream | None = None) -> Transfer:
     """Copy ``array`` to ``out`` (a new ndarray when None) through the engine,
     after the work queued on ``stream`` (default: the current stream); returns
     when the data is in ``out`` (``transfer.result``). A non-contiguous array
@@ -201,6 +204,7 @@ def to_host(array: GPUArray, out: np.ndarray | None = None, priority: str = "nor
     elif not (out.flags.c_contiguous and out.flags.writeable):
         raise ValueError("out must be a writable C-contiguous array")
     check_not_capturing("gp.transfer.to_host()")
+    priority = scheduler.transfer_priority() if priority is None else priority
     src = array
     if not array.is_contiguous:
         with Stream._wrap(producer):
