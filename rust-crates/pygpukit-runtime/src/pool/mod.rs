@@ -132,6 +132,7 @@ impl Pool {
 
     /// [`Pool::alloc`] with the caller's stack for the memory history (kept
     /// only while recording).
+    #[inline]
     pub fn alloc_traced(
         &self,
         nbytes: u64,
@@ -151,6 +152,7 @@ impl Pool {
     }
 
     /// [`Pool::free`] with the caller's stack for the memory history.
+    #[inline]
     pub fn free_traced(&self, block: &Block, frames: Option<Frames>) -> Result<(), PoolError> {
         self.lock().free(&self.driver, block, frames)
     }

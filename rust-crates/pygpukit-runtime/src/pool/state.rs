@@ -891,7 +891,6 @@ impl PoolState {
             self.remove_free(next);
             self.absorb_next(slot);
         }
-        self.node_mut(slot).frames = None;
         self.insert_free(slot);
         slot
     }
@@ -1107,7 +1106,12 @@ impl PoolState {
                         size: n.size,
                         requested: n.requested,
                         state,
-                        frames: n.frames.clone(),
+                        // A free block's stack is stale (dropped at reuse,
+                        // not at free: the free path stays as short as it was).
+                        frames: match n.state {
+                            NodeState::Live | NodeState::Pending => n.frames.clone(),
+                            _ => None,
+                        },
                     });
                     slot = n.next;
                 }
