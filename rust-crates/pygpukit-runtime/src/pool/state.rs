@@ -520,6 +520,13 @@ impl PoolState {
             Some(fit) => fit,
             None => {
                 let len = round_up(rounded, g).ok_or(SegmentFailure::OutOfMemory)?;
+                // Over the limit: do not reserve addresses that cannot be mapped.
+                if self
+                    .limit
+                    .is_some_and(|l| self.counters.reserved.saturating_add(len) > l)
+                {
+                    return Err(SegmentFailure::OutOfMemory);
+                }
                 let slot = self.new_expandable_segment(drv, kind, stream, len)?;
                 (slot, len)
             }

@@ -876,7 +876,7 @@ fn pages_shared_with_live_blocks_stay_mapped() {
 
 #[test]
 fn expandable_limit_counts_mapped_bytes() {
-    let (_, pool) = vmm_pool(None, Some(10 * MIB));
+    let (dev, pool) = vmm_pool(None, Some(10 * MIB));
     let a = pool.alloc(8 * MIB, 0).unwrap();
     let err = pool.alloc(4 * MIB, 0).unwrap_err();
     match err {
@@ -886,6 +886,10 @@ fn expandable_limit_counts_mapped_bytes() {
         }
         other => panic!("unexpected {other:?}"),
     }
+    // Nor on another stream, and no addresses are reserved for it.
+    assert!(pool.alloc(4 * MIB, 1).is_err());
+    assert_eq!(pool.stats().num_segments, 1);
+    assert_eq!(dev.with(|d| d.ranges.len()), 1);
     // 2 MiB more fits: 10 MiB mapped.
     let b = pool.alloc(2 * MIB, 0).unwrap();
     assert_eq!(b.ptr, a.ptr + 8 * MIB);
