@@ -50,7 +50,10 @@ def test_pool_hands_out_the_real_memory_and_reuses_it():
 
 
 def test_empty_cache_releases_segments():
-    a = gp.empty((64 << 20,), gp.uint8)  # large enough for a segment of its own
+    # Start without cached pages, so that the block is new memory: a segment
+    # of its own, or (expandable segments) pages mapped for it alone.
+    gp.memory.empty_cache()
+    a = gp.empty((64 << 20,), gp.uint8)
     del a
     before = gp.memory.stats()
     assert before["cached_bytes"] >= 64 << 20
