@@ -19,6 +19,7 @@ namespace pgk {
 constexpr int kCudaApiVersion = 12000;
 
 // X(field, "symbol", PFN type, fallback_ok, required)
+// required=0: the field stays null when the driver lacks the entry point.
 // fallback_ok: the signature at the header's CUDA_VERSION equals the 12.0 one,
 // so the entry point may be re-requested with CUDA_VERSION if 12000 fails.
 #define PGK_CUDA_FUNCS(X)                                                                    \
@@ -76,7 +77,18 @@ constexpr int kCudaApiVersion = 12000;
   X(GraphLaunch, "cuGraphLaunch", PFN_cuGraphLaunch_v10000, 1, 1)                            \
   X(GraphGetNodes, "cuGraphGetNodes", PFN_cuGraphGetNodes_v10000, 1, 1)                      \
   X(GraphExecDestroy, "cuGraphExecDestroy", PFN_cuGraphExecDestroy_v10000, 1, 1)             \
-  X(GraphDestroy, "cuGraphDestroy", PFN_cuGraphDestroy_v10000, 1, 1)
+  X(GraphDestroy, "cuGraphDestroy", PFN_cuGraphDestroy_v10000, 1, 1)                        \
+  /* Virtual memory management (expandable pool segments); optional: without  */           \
+  /* them the driver table reports VMM unsupported and the pool uses cuMemAlloc. */         \
+  X(MemGetAllocationGranularity, "cuMemGetAllocationGranularity",                            \
+    PFN_cuMemGetAllocationGranularity_v10020, 1, 0)                                          \
+  X(MemAddressReserve, "cuMemAddressReserve", PFN_cuMemAddressReserve_v10020, 1, 0)          \
+  X(MemAddressFree, "cuMemAddressFree", PFN_cuMemAddressFree_v10020, 1, 0)                   \
+  X(MemCreate, "cuMemCreate", PFN_cuMemCreate_v10020, 1, 0)                                  \
+  X(MemRelease, "cuMemRelease", PFN_cuMemRelease_v10020, 1, 0)                               \
+  X(MemMap, "cuMemMap", PFN_cuMemMap_v10020, 1, 0)                                           \
+  X(MemUnmap, "cuMemUnmap", PFN_cuMemUnmap_v10020, 1, 0)                                     \
+  X(MemSetAccess, "cuMemSetAccess", PFN_cuMemSetAccess_v10020, 1, 0)
 
 struct CudaApi {
 #define PGK_DECLARE_FIELD(field, sym, type, fallback_ok, required) type field = nullptr;

@@ -119,7 +119,7 @@ void bind_device(py::module_ &m) {
         d["module_loads"] = g_stats.module_loads.load(std::memory_order_relaxed);
         return d;
       },
-      "Call counters: mem_alloc_calls, mem_free_calls (driver table), launches, module_loads.");
+      "Call counters: mem_alloc_calls, mem_free_calls (driver table: mem_alloc and vmm_map, mem_free and vmm_unmap), launches, module_loads.");
 }
 
 }  // namespace pgk

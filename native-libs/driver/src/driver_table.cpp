@@ -137,6 +137,93 @@ int t_stream_query(void *ctx, uint64_t stream) {
   return r == CUDA_ERROR_NOT_READY ? PGK_NOT_READY : static_cast<int>(r);
 }
 
+// ----- virtual memory management (expandable pool segments) -----
+
+bool vmm_entry_points() {
+  return cu.MemGetAllocationGranularity != nullptr && cu.MemAddressReserve != nullptr &&
+         cu.MemAddressFree != nullptr && cu.MemCreate != nullptr && cu.MemRelease != nullptr &&
+         cu.MemMap != nullptr && cu.MemUnmap != nullptr && cu.MemSetAccess != nullptr;
+}
+
+CUmemAllocationProp device_prop(const DeviceState &st) {
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = st.ordinal;
+  return prop;
+}
+
+int t_vmm_granularity(void *ctx, uint64_t *out_bytes) {
+  if (!vmm_entry_points()) return CUDA_ERROR_NOT_SUPPORTED;
+  CUresult r = enter(ctx);
+  if (r != CUDA_SUCCESS) return r;
+  const DeviceState &st = *static_cast<DeviceState *>(ctx);
+  CUdevice dev = 0;
+  r = cu.DeviceGet(&dev, st.ordinal);
+  if (r != CUDA_SUCCESS) return r;
+  int supported = 0;
+  r = cu.DeviceGetAttribute(&supported, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, dev);
+  if (r != CUDA_SUCCESS) return r;
+  if (!supported) return CUDA_ERROR_NOT_SUPPORTED;
+  CUmemAllocationProp prop = device_prop(st);
+  size_t g = 0;
+  r = cu.MemGetAllocationGranularity(&g, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+  if (r == CUDA_SUCCESS) *out_bytes = g;
+  return r;
+}
+
+int t_vmm_reserve(void *ctx, uint64_t size, uint64_t *out_va) {
+  CUresult r = enter(ctx);
+  if (r != CUDA_SUCCESS) return r;
+  CUdeviceptr va = 0;
+  r = cu.MemAddressReserve(&va, static_cast<size_t>(size), 0, 0, 0);
+  if (r == CUDA_SUCCESS) *out_va = static_cast<uint64_t>(va);
+  return r;
+}
+
+int t_vmm_free_range(void *ctx, uint64_t va, uint64_t size) {
+  CUresult r = enter(ctx);
+  if (r != CUDA_SUCCESS) return r;
+  return cu.MemAddressFree(static_cast<CUdeviceptr>(va), static_cast<size_t>(size));
+}
+
+int t_vmm_map(void *ctx, uint64_t va, uint64_t size, uint64_t *out_handle) {
+  bump(g_stats.mem_alloc_calls);
+  CUresult r = enter(ctx);
+  if (r != CUDA_SUCCESS) return r;
+  const DeviceState &st = *static_cast<DeviceState *>(ctx);
+  CUmemAllocationProp prop = device_prop(st);
+  CUmemGenericAllocationHandle h = 0;
+  r = cu.MemCreate(&h, static_cast<size_t>(size), &prop, 0);
+  if (r != CUDA_SUCCESS) return r;
+  const CUdeviceptr p = static_cast<CUdeviceptr>(va);
+  r = cu.MemMap(p, static_cast<size_t>(size), 0, h, 0);
+  if (r != CUDA_SUCCESS) {
+    cu.MemRelease(h);
+    return r;
+  }
+  CUmemAccessDesc access{};
+  access.location = prop.location;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  r = cu.MemSetAccess(p, static_cast<size_t>(size), &access, 1);
+  if (r != CUDA_SUCCESS) {
+    cu.MemUnmap(p, static_cast<size_t>(size));
+    cu.MemRelease(h);
+    return r;
+  }
+  *out_handle = static_cast<uint64_t>(h);
+  return CUDA_SUCCESS;
+}
+
+int t_vmm_unmap(void *ctx, uint64_t va, uint64_t size, uint64_t handle) {
+  bump(g_stats.mem_free_calls);
+  CUresult r = enter(ctx);
+  if (r != CUDA_SUCCESS) return r;
+  r = cu.MemUnmap(static_cast<CUdeviceptr>(va), static_cast<size_t>(size));
+  if (r != CUDA_SUCCESS) return r;
+  return cu.MemRelease(static_cast<CUmemGenericAllocationHandle>(handle));
+}
+
 // "CUDA_ERROR_OUT_OF_MEMORY: out of memory"; the strings live for the process.
 const char *t_error_string(void *, int status) {
   static std::mutex mu;
@@ -180,6 +267,11 @@ void fill_driver_table(DeviceState &st) {
   t.host_alloc = t_host_alloc;
   t.host_free = t_host_free;
   t.stream_query = t_stream_query;
+  t.vmm_granularity = t_vmm_granularity;
+  t.vmm_reserve = t_vmm_reserve;
+  t.vmm_free_range = t_vmm_free_range;
+  t.vmm_map = t_vmm_map;
+  t.vmm_unmap = t_vmm_unmap;
 }
 
 py::object driver_table_capsule() {

@@ -71,6 +71,14 @@ class _Table(ctypes.Structure):
         ("host_alloc", ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_uint64, ctypes.POINTER(ctypes.c_uint64))),
         ("host_free", ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_uint64)),
         ("stream_query", ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_uint64)),
+        ("vmm_granularity", ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint64))),
+        ("vmm_reserve", ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_uint64, ctypes.POINTER(ctypes.c_uint64))),
+        ("vmm_free_range", ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint64)),
+        (
+            "vmm_map",
+            ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint64, ctypes.POINTER(ctypes.c_uint64)),
+        ),
+        ("vmm_unmap", ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_uint64)),
     ]
 
 
@@ -131,7 +139,7 @@ def test_device_properties(dev: dict) -> None:
 
 
 def test_table(table: _Table) -> None:
-    assert table.abi_version == 2 and table.struct_size == ctypes.sizeof(_Table)
+    assert table.abi_version == 3 and table.struct_size == ctypes.sizeof(_Table)
     assert table.is_host == 0 and table.device == 0
     before = _native.stats()
     p = _alloc(table, 1 << 20)
@@ -286,6 +294,32 @@ def test_host_alloc(table: _Table) -> None:
     table.mem_free(table.ctx, d)
     del buf
     _native.host_free(h)
+
+
+def test_vmm_map_unmap(table: _Table) -> None:
+    g = ctypes.c_uint64()
+    st = table.vmm_granularity(table.ctx, ctypes.byref(g))
+    if st == 801:  # CUDA_ERROR_NOT_SUPPORTED: the pool uses cuMemAlloc segments
+        pytest.skip("no virtual memory management on this device")
+    assert st == 0 and g.value > 0 and g.value % 4096 == 0
+    n = g.value
+    va = ctypes.c_uint64()
+    assert table.vmm_reserve(table.ctx, 3 * n, ctypes.byref(va)) == 0
+    handles = []
+    for i in (1, 2):  # two chunks side by side form one usable range
+        h = ctypes.c_uint64()
+        assert table.vmm_map(table.ctx, va.value + i * n, n, ctypes.byref(h)) == 0
+        handles.append(h.value)
+    assert table.memset_d8_async(table.ctx, va.value + n, 0x3C, 2 * n, 0) == 0
+    assert table.device_synchronize(table.ctx) == 0
+    out = bytearray(16)
+    _native.memcpy_dtoh(out, va.value + 2 * n - 8, 0)
+    assert out == b"\x3c" * 16
+    before = _native.mem_get_info()[0]
+    assert table.vmm_unmap(table.ctx, va.value + n, n, handles[0]) == 0
+    assert _native.mem_get_info()[0] >= before + n  # the chunk went back to the device
+    assert table.vmm_unmap(table.ctx, va.value + 2 * n, n, handles[1]) == 0
+    assert table.vmm_free_range(table.ctx, va.value, 3 * n) == 0
 
 
 def test_launch_u64_passes_8_byte_params(table: _Table, kernels: dict) -> None:

@@ -3,27 +3,34 @@
 //!
 //! ```text
 //! host_table() -> PyCapsule "pygpukit.driver_table"
-//! host_table_stats() -> {"mem_alloc_calls": int, "mem_free_calls": int}
-//! Pool(table, limit=None)
+//! host_table_stats() -> {"mem_alloc_calls": int, "mem_free_calls": int, "vmm_mapped_bytes": int}
+//! Pool(table, limit=None, expandable=None)
 //!     .alloc(nbytes, stream=0) -> Block     .record_stream(block, stream)
 //!     .empty_cache()  .stats() -> dict  .reset_peak_stats()
-//!     .limit (get/set)  .is_host  .device
+//!     .record_history(enabled, max_entries=100000, stacks=True)
+//!     .history() -> list  .segments() -> list
+//!     .limit (get/set)  .is_host  .device  .expandable  .recording
 //! Block: .ptr .size .requested .stream .segment (freed when dropped)
 //! ```
 
 use std::ffi::c_void;
 use std::ptr::NonNull;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use pyo3::exceptions::{PyMemoryError, PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{PyCapsule, PyDict, PyInt};
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyCapsule, PyDict, PyInt, PyList, PyString, PyTuple};
 
 use pygpukit_runtime::driver::{
     pgk_driver_table, Driver, DriverError, PGK_DRIVER_TABLE_ABI, PGK_DRIVER_TABLE_CAPSULE,
 };
 use pygpukit_runtime::host;
-use pygpukit_runtime::pool::{Block, Pool, PoolError, PoolStats};
+use pygpukit_runtime::pool::{
+    config, Block, BlockState, Frame, Frames, Pool, PoolError, PoolKind, PoolStats,
+};
 use pygpukit_runtime::scheduler::Scheduler;
 
 mod scheduler;
@@ -144,7 +151,41 @@ fn host_table_stats(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     let d = PyDict::new(py);
     d.set_item("mem_alloc_calls", s.mem_alloc_calls)?;
     d.set_item("mem_free_calls", s.mem_free_calls)?;
+    d.set_item("vmm_mapped_bytes", s.vmm_mapped_bytes)?;
     Ok(d)
+}
+
+// ----- stacks (memory history) -----------------------------------------------
+
+/// Frames kept per event: deeper stacks are cut (the innermost are kept).
+const MAX_FRAMES: usize = 128;
+
+/// The calling Python stack, innermost frame first.
+pub(crate) fn capture_frames(py: Python<'_>) -> PyResult<Frames> {
+    static GETFRAME: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+    let mut frame = GETFRAME.import(py, "sys", "_getframe")?.call0()?;
+    let mut frames = Vec::new();
+    while !frame.is_none() && frames.len() < MAX_FRAMES {
+        let code = frame.getattr(intern!(py, "f_code"))?;
+        let filename = code.getattr(intern!(py, "co_filename"))?;
+        let name = code.getattr(intern!(py, "co_name"))?;
+        let line = frame.getattr(intern!(py, "f_lineno"))?;
+        frames.push(Frame {
+            filename: Arc::from(filename.cast::<PyString>()?.to_str()?),
+            line: line.extract::<u32>().unwrap_or(0),
+            name: Arc::from(name.cast::<PyString>()?.to_str()?),
+        });
+        frame = frame.getattr(intern!(py, "f_back"))?;
+    }
+    Ok(Arc::from(frames))
+}
+
+fn frames_list<'py>(py: Python<'py>, frames: Option<&Frames>) -> PyResult<Bound<'py, PyList>> {
+    let list = PyList::empty(py);
+    for f in frames.map_or(&[][..], |f| &f[..]) {
+        list.append((f.filename.as_ref(), f.line, f.name.as_ref()))?;
+    }
+    Ok(list)
 }
 
 // ----- Pool ------------------------------------------------------------------
@@ -156,18 +197,34 @@ fn host_table_stats(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
 /// `limit` caps the bytes the pool may reserve.
 #[pyclass(name = "Pool", module = "pygpukit._rt", frozen)]
 struct PyPool {
-    pool: Arc<Pool>,
-    /// Every allocation is charged through the scheduler.
+    /// The scheduler (holding the pool) that charges every allocation.
     shared: Arc<Shared>,
+}
+
+fn kind_name(kind: PoolKind) -> &'static str {
+    match kind {
+        PoolKind::Small => "small",
+        PoolKind::Large => "large",
+    }
+}
+
+fn state_name(state: BlockState) -> &'static str {
+    match state {
+        BlockState::Live => "live",
+        BlockState::Cached => "cached",
+        BlockState::Pending => "pending",
+        BlockState::Unmapped => "unmapped",
+    }
 }
 
 #[pymethods]
 impl PyPool {
     #[new]
-    #[pyo3(signature = (table, limit = None, capacity = None))]
+    #[pyo3(signature = (table, limit = None, expandable = None, capacity = None))]
     fn new(
         table: &Bound<'_, PyAny>,
         limit: Option<&Bound<'_, PyAny>>,
+        expandable: Option<bool>,
         capacity: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let capsule = table.cast::<PyCapsule>().map_err(|_| {
@@ -183,6 +240,10 @@ impl PyPool {
         }
         let ptr = capsule.pointer_checked(Some(PGK_DRIVER_TABLE_CAPSULE))?;
         let limit = optional_limit(limit)?;
+        let expandable = match expandable {
+            Some(e) => e,
+            None => config::expandable_from_env().map_err(PyValueError::new_err)?,
+        };
         // The capsule (and whatever keeps the table alive behind it) is held
         // by the driver, so the table outlives the pool and all its blocks.
         let owner: Py<PyCapsule> = capsule.clone().unbind();
@@ -195,18 +256,17 @@ impl PyPool {
             )
         }
         .map_err(|e| PyValueError::new_err(e.to_string()))?;
-        let pool = Arc::new(Pool::new(driver, limit));
+        let pool = Arc::new(Pool::with_expandable(driver, limit, expandable));
         let capacity = match capacity {
             Some(c) if !c.is_none() => Some(non_negative(c, "capacity")?),
             _ => None,
         };
-        let sched = Arc::new(Scheduler::new(Arc::clone(&pool), capacity));
         Ok(PyPool {
-            pool,
-            shared: Shared::new(sched),
+            shared: Shared::new(Arc::new(Scheduler::new(pool, capacity))),
         })
     }
 
+    /// Allocate `nbytes` for use on `stream`; the Block frees itself when dropped.
     /// Allocate `nbytes` for use on `stream`, charged to the task of `charge`
     /// (default: of `stream`); the Block frees itself when dropped.
     #[pyo3(signature = (nbytes, stream = 0, charge = None))]
@@ -219,13 +279,14 @@ impl PyPool {
     ) -> PyResult<PyBlock> {
         let nbytes = non_negative(nbytes, "nbytes")?;
         let s = &self.shared;
+        let frames = s.frames(py);
+        let charge = charge.unwrap_or(stream);
         match s
             .sched
-            .alloc_charged(nbytes, stream, charge.unwrap_or(stream), &s.can_evict())
+            .alloc_traced(nbytes, stream, charge, frames, &s.can_evict())
         {
             Ok(block) => Ok(PyBlock {
-                pool: Arc::clone(&self.pool),
-                sched: Arc::clone(&s.sched),
+                shared: Arc::clone(s),
                 block,
             }),
             Err(e) => Err(sched_err(py, e)),
@@ -248,65 +309,148 @@ impl PyPool {
         stream: u64,
     ) -> PyResult<()> {
         let b = block.get();
-        if !Arc::ptr_eq(&b.pool, &self.pool) {
+        if !Arc::ptr_eq(&b.shared, &self.shared) {
             return Err(PyValueError::new_err("the block belongs to another pool"));
         }
-        self.pool
+        self.shared
+            .pool()
             .record_stream(&b.block, stream)
             .map_err(|e| pool_err(py, e))
+    }
+
+    /// Start recording allocator events (keeping the newest `max_entries`;
+    /// with the Python stack of each alloc and free when `stacks`), or stop
+    /// (`enabled=False`; the events are kept until the next start).
+    #[pyo3(signature = (enabled, max_entries = 100_000, stacks = true))]
+    fn record_history(&self, enabled: bool, max_entries: i64, stacks: bool) -> PyResult<()> {
+        if enabled && max_entries < 1 {
+            return Err(PyValueError::new_err(format!(
+                "max_entries must be >= 1, got {max_entries}"
+            )));
+        }
+        self.shared.stacks.store(stacks, Ordering::Relaxed);
+        self.shared
+            .pool()
+            .record_history(enabled, usize::try_from(max_entries).unwrap_or(0));
+        Ok(())
+    }
+
+    /// True while events are recorded.
+    #[getter]
+    fn recording(&self) -> bool {
+        self.shared.pool().is_recording()
+    }
+
+    /// Recorded events, oldest first: (action, addr, size, stream, time_us,
+    /// device_free, frames) with frames [(filename, line, name)], innermost first.
+    fn history<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let out = PyList::empty(py);
+        for e in self.shared.pool().history() {
+            let t = (
+                e.action.name(),
+                e.addr,
+                e.size,
+                e.stream,
+                e.time_us,
+                e.device_free,
+                frames_list(py, e.frames.as_ref())?,
+            );
+            out.append(t.into_pyobject(py)?)?;
+        }
+        Ok(out)
+    }
+
+    /// Every segment: (id, ptr, size, stream, kind, expandable, mapped,
+    /// blocks) with blocks [(ptr, size, requested, state, frames)] in address
+    /// order; state is "live", "cached", "pending" or "unmapped".
+    fn segments<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let out = PyList::empty(py);
+        for seg in self.shared.pool().snapshot() {
+            let blocks = PyList::empty(py);
+            for b in &seg.blocks {
+                let t = (
+                    b.ptr,
+                    b.size,
+                    b.requested,
+                    state_name(b.state),
+                    frames_list(py, b.frames.as_ref())?,
+                );
+                blocks.append(t.into_pyobject(py)?)?;
+            }
+            let t: Bound<'py, PyTuple> = (
+                seg.id,
+                seg.ptr,
+                seg.size,
+                seg.stream,
+                kind_name(seg.kind),
+                seg.expandable,
+                seg.mapped,
+                blocks,
+            )
+                .into_pyobject(py)?;
+            out.append(t)?;
+        }
+        Ok(out)
     }
 
     /// Synchronize the device and return every cached segment without live
     /// blocks to the driver.
     fn empty_cache(&self, py: Python<'_>) -> PyResult<()> {
-        let pool = &self.pool;
+        let pool = self.shared.pool();
         py.detach(|| pool.empty_cache())
             .map_err(|e| driver_err(py, &e))
     }
 
     /// Pool statistics (see pygpukit.memory.stats) plus "limit".
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        stats_dict(py, &self.pool.stats(), self.pool.limit())
+        stats_dict(py, &self.shared.pool().stats(), self.shared.pool().limit())
     }
 
     fn reset_peak_stats(&self) {
-        self.pool.reset_peak_stats();
+        self.shared.pool().reset_peak_stats();
     }
 
     /// Byte cap on reserved memory, or None.
     #[getter]
     fn get_limit(&self) -> Option<u64> {
-        self.pool.limit()
+        self.shared.pool().limit()
     }
 
     #[setter]
     fn set_limit(&self, value: &Bound<'_, PyAny>) -> PyResult<()> {
-        self.pool.set_limit(optional_limit(Some(value))?);
+        self.shared.pool().set_limit(optional_limit(Some(value))?);
         Ok(())
     }
 
     /// True for the host-memory table (CPU mode).
     #[getter]
     fn is_host(&self) -> bool {
-        self.pool.driver().is_host()
+        self.shared.pool().driver().is_host()
     }
 
     /// Device ordinal of the table.
     #[getter]
     fn device(&self) -> i32 {
-        self.pool.driver().device()
+        self.shared.pool().driver().device()
+    }
+
+    /// True when the pool grows by mapping pages into expandable segments.
+    #[getter]
+    fn expandable(&self) -> bool {
+        self.shared.pool().expandable()
     }
 
     fn __repr__(&self) -> String {
-        let s = self.pool.stats();
-        let limit = match self.pool.limit() {
+        let pool = self.shared.pool();
+        let s = pool.stats();
+        let limit = match pool.limit() {
             Some(l) => l.to_string(),
             None => "None".to_string(),
         };
         format!(
             "Pool(device={}, is_host={}, allocated_bytes={}, reserved_bytes={}, limit={})",
-            self.pool.driver().device(),
-            if self.pool.driver().is_host() {
+            pool.driver().device(),
+            if pool.driver().is_host() {
                 "True"
             } else {
                 "False"
@@ -324,8 +468,7 @@ impl PyPool {
 /// dropped. Holds the pool alive.
 #[pyclass(name = "Block", module = "pygpukit._rt", frozen, weakref)]
 struct PyBlock {
-    pool: Arc<Pool>,
-    sched: Arc<Scheduler>,
+    shared: Arc<Shared>,
     block: Block,
 }
 
@@ -334,7 +477,12 @@ impl Drop for PyBlock {
         // Cannot fail for a block of this pool except when recording an
         // event fails; the block is freed anyway (after a synchronize) and
         // there is nobody to report to from a destructor.
-        let _ = self.sched.free(&self.block);
+        let frames = if self.shared.pool().is_recording() {
+            Python::attach(|py| self.shared.frames(py))
+        } else {
+            None
+        };
+        let _ = self.shared.pool().free_traced(&self.block, frames);
     }
 }
 

@@ -16,6 +16,7 @@
 use std::collections::HashMap;
 use std::ffi::{c_int, c_void, CStr};
 use std::ptr::NonNull;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -27,7 +28,9 @@ use pygpukit_runtime::scheduler::{
     BufferId, Holder, Limit, PacingConfig, Qos, SchedError, Scheduler, TaskState,
 };
 
-use crate::{driver_err, pool_err, pygpukit_error};
+use pygpukit_runtime::pool::{Frames, Pool};
+
+use crate::{capture_frames, driver_err, pool_err, pygpukit_error};
 
 // ----- errors ----------------------------------------------------------------
 
@@ -144,10 +147,13 @@ impl Buffers {
     }
 }
 
-/// The scheduler and what its bindings keep beside it.
+/// What a pool, its blocks and its scheduler share: the scheduler (which
+/// holds the pool) and what the bindings keep beside it.
 pub(crate) struct Shared {
     pub sched: Arc<Scheduler>,
     pub buffers: Buffers,
+    /// Capture Python stacks while the pool's history records.
+    pub stacks: AtomicBool,
 }
 
 impl Shared {
@@ -155,7 +161,24 @@ impl Shared {
         Arc::new(Shared {
             sched,
             buffers: Buffers::default(),
+            stacks: AtomicBool::new(false),
         })
+    }
+
+    #[inline]
+    pub fn pool(&self) -> &Pool {
+        self.sched.pool()
+    }
+
+    /// The caller's stack when the history records with stacks; `None`
+    /// (one relaxed load) otherwise. A stack that cannot be read is left out.
+    #[inline]
+    pub fn frames(&self, py: Python<'_>) -> Option<Frames> {
+        if self.pool().is_recording() && self.stacks.load(Ordering::Relaxed) {
+            capture_frames(py).ok()
+        } else {
+            None
+        }
     }
 
     pub fn can_evict(&self) -> impl Fn(BufferId) -> bool + '_ {

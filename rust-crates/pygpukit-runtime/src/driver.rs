@@ -12,7 +12,7 @@ use std::fmt;
 use std::ptr::NonNull;
 
 /// ABI version of [`pgk_driver_table`] (`PGK_DRIVER_TABLE_ABI`).
-pub const PGK_DRIVER_TABLE_ABI: u32 = 2;
+pub const PGK_DRIVER_TABLE_ABI: u32 = 3;
 /// Name of the PyCapsule that carries a `*const pgk_driver_table`.
 pub const PGK_DRIVER_TABLE_CAPSULE: &CStr = c"pygpukit.driver_table";
 
@@ -22,6 +22,9 @@ pub const PGK_OK: c_int = 0;
 pub const PGK_ERR_OOM: c_int = 2;
 /// Work still pending (`CUDA_ERROR_NOT_READY`), returned by `event_query`.
 pub const PGK_NOT_READY: c_int = 600;
+/// The device or driver cannot do this (`CUDA_ERROR_NOT_SUPPORTED`), returned
+/// by `vmm_granularity` when virtual memory management is unavailable.
+pub const PGK_ERR_NOT_SUPPORTED: c_int = 801;
 
 /// Device pointer, stream or event handle as carried through the table.
 pub type Handle = u64;
@@ -61,6 +64,13 @@ pub struct pgk_driver_table {
     pub host_alloc: Option<unsafe extern "C" fn(*mut c_void, u64, *mut u64) -> c_int>,
     pub host_free: Option<unsafe extern "C" fn(*mut c_void, u64) -> c_int>,
     pub stream_query: Option<unsafe extern "C" fn(*mut c_void, u64) -> c_int>,
+
+    // ABI 3: virtual memory management (expandable segments)
+    pub vmm_granularity: Option<unsafe extern "C" fn(*mut c_void, *mut u64) -> c_int>,
+    pub vmm_reserve: Option<unsafe extern "C" fn(*mut c_void, u64, *mut u64) -> c_int>,
+    pub vmm_free_range: Option<unsafe extern "C" fn(*mut c_void, u64, u64) -> c_int>,
+    pub vmm_map: Option<unsafe extern "C" fn(*mut c_void, u64, u64, *mut u64) -> c_int>,
+    pub vmm_unmap: Option<unsafe extern "C" fn(*mut c_void, u64, u64, u64) -> c_int>,
 }
 
 /// A failed driver call.
@@ -148,6 +158,7 @@ pub fn status_name(status: i32) -> String {
         715 => "CUDA_ERROR_ILLEGAL_INSTRUCTION",
         716 => "CUDA_ERROR_MISALIGNED_ADDRESS",
         719 => "CUDA_ERROR_LAUNCH_FAILED",
+        801 => "CUDA_ERROR_NOT_SUPPORTED",
         999 => "CUDA_ERROR_UNKNOWN",
         _ => return format!("CUDA_ERROR_{status}"),
     };
@@ -411,10 +422,68 @@ impl Driver {
             st => Err(self.error("cuStreamQuery", st)),
         }
     }
+
+    /// Granularity of virtual memory mappings, or `None` when the device or
+    /// driver has no virtual memory management (the pool then uses
+    /// `mem_alloc` segments).
+    pub fn vmm_granularity(&self) -> Result<Option<u64>, DriverError> {
+        let f = entry!(self, vmm_granularity);
+        let mut out = 0u64;
+        match unsafe { f(self.ctx(), &mut out) } {
+            PGK_OK if out > 0 => Ok(Some(out)),
+            PGK_OK | PGK_ERR_NOT_SUPPORTED => Ok(None),
+            st => Err(self.error("cuMemGetAllocationGranularity", st)),
+        }
+    }
+
+    /// Reserve `size` bytes of device address space (a multiple of the
+    /// granularity); nothing is mapped there yet.
+    pub fn vmm_reserve(&self, size: u64) -> Result<Handle, DriverError> {
+        let f = entry!(self, vmm_reserve);
+        let mut out = 0u64;
+        let st = unsafe { f(self.ctx(), size, &mut out) };
+        self.check("cuMemAddressReserve", st).map(|()| out)
+    }
+
+    /// # Safety
+    /// `(va, size)` must be a whole range from [`Driver::vmm_reserve`] with
+    /// nothing mapped in it.
+    pub unsafe fn vmm_free_range(&self, va: Handle, size: u64) -> Result<(), DriverError> {
+        let f = entry!(self, vmm_free_range);
+        let st = unsafe { f(self.ctx(), va, size) };
+        self.check("cuMemAddressFree", st)
+    }
+
+    /// Back `[va, va + size)` with new device memory, readable and writable by
+    /// the device; returns the chunk's handle for [`Driver::vmm_unmap`].
+    ///
+    /// # Safety
+    /// The range must lie in a range from [`Driver::vmm_reserve`], be a
+    /// multiple of the granularity and not be mapped.
+    pub unsafe fn vmm_map(&self, va: Handle, size: u64) -> Result<Handle, DriverError> {
+        let f = entry!(self, vmm_map);
+        let mut out = 0u64;
+        let st = unsafe { f(self.ctx(), va, size, &mut out) };
+        self.check("cuMemMap", st).map(|()| out)
+    }
+
+    /// # Safety
+    /// `(va, size, handle)` must be one mapping made by [`Driver::vmm_map`],
+    /// no longer in use by the device.
+    pub unsafe fn vmm_unmap(
+        &self,
+        va: Handle,
+        size: u64,
+        handle: Handle,
+    ) -> Result<(), DriverError> {
+        let f = entry!(self, vmm_unmap);
+        let st = unsafe { f(self.ctx(), va, size, handle) };
+        self.check("cuMemUnmap", st)
+    }
 }
 
 fn validate(t: &pgk_driver_table) -> Result<(), TableError> {
-    let entries: [(&'static str, bool); 16] = [
+    let entries: [(&'static str, bool); 21] = [
         ("mem_alloc", t.mem_alloc.is_some()),
         ("mem_free", t.mem_free.is_some()),
         ("mem_get_info", t.mem_get_info.is_some()),
@@ -431,6 +500,11 @@ fn validate(t: &pgk_driver_table) -> Result<(), TableError> {
         ("host_alloc", t.host_alloc.is_some()),
         ("host_free", t.host_free.is_some()),
         ("stream_query", t.stream_query.is_some()),
+        ("vmm_granularity", t.vmm_granularity.is_some()),
+        ("vmm_reserve", t.vmm_reserve.is_some()),
+        ("vmm_free_range", t.vmm_free_range.is_some()),
+        ("vmm_map", t.vmm_map.is_some()),
+        ("vmm_unmap", t.vmm_unmap.is_some()),
     ];
     match entries.iter().find(|(_, present)| !present) {
         Some((name, _)) => Err(TableError::MissingFunction(name)),
@@ -454,7 +528,9 @@ mod tests {
         assert_eq!(offset_of!(pgk_driver_table, mem_alloc), 24);
         assert_eq!(offset_of!(pgk_driver_table, error_string), 24 + 12 * 8);
         assert_eq!(offset_of!(pgk_driver_table, stream_query), 24 + 15 * 8);
-        assert_eq!(size_of::<pgk_driver_table>(), 152);
+        assert_eq!(offset_of!(pgk_driver_table, vmm_granularity), 24 + 16 * 8);
+        assert_eq!(offset_of!(pgk_driver_table, vmm_unmap), 24 + 20 * 8);
+        assert_eq!(size_of::<pgk_driver_table>(), 192);
     }
 
     #[test]
@@ -471,6 +547,11 @@ mod tests {
         t.struct_size = 64;
         let err = unsafe { Driver::from_raw(&t, None) }.unwrap_err();
         assert!(matches!(err, TableError::StructSize { found: 64, .. }));
+
+        let mut t = good;
+        t.vmm_unmap = None;
+        let err = unsafe { Driver::from_raw(&t, None) }.unwrap_err();
+        assert_eq!(err, TableError::MissingFunction("vmm_unmap"));
 
         let mut t = good;
         t.event_query = None;

@@ -1,5 +1,6 @@
 //! Property tests: random sequences of pool operations on the host table,
-//! checking the pool's invariants after every step.
+//! with plain and with expandable segments, checking the pool's invariants
+//! after every step.
 
 mod common;
 
@@ -7,6 +8,7 @@ use proptest::prelude::*;
 use proptest::sample::Index;
 
 use pygpukit_runtime::pool::{Block, BlockState, Pool, PoolError};
+use pygpukit_runtime::Driver;
 
 const MIB: u64 = 1 << 20;
 
@@ -57,8 +59,9 @@ fn check_tag(b: &Block) -> bool {
     unsafe { *(b.ptr as *const u8) == t && *((b.ptr + b.size - 1) as *const u8) == t }
 }
 
-fn run(ops: Vec<Op>, limit: Option<u64>) -> Result<(), TestCaseError> {
-    let pool = Pool::host(limit);
+fn run(ops: Vec<Op>, limit: Option<u64>, expandable: bool) -> Result<(), TestCaseError> {
+    let pool = Pool::with_expandable(Driver::host(), limit, expandable);
+    prop_assert_eq!(pool.expandable(), expandable);
     let mut live: Vec<Block> = Vec::new();
     for op in ops {
         match op {
@@ -106,7 +109,8 @@ fn run(ops: Vec<Op>, limit: Option<u64>) -> Result<(), TestCaseError> {
         common::check_invariants(&pool, &live, limit).map_err(TestCaseError::fail)?;
     }
 
-    // Free everything: each segment becomes one free block.
+    // Free everything: each segment becomes one free block (per mapped
+    // range, in an expandable segment).
     for b in live.drain(..) {
         prop_assert!(check_tag(&b));
         pool.free(&b)
@@ -119,11 +123,27 @@ fn run(ops: Vec<Op>, limit: Option<u64>) -> Result<(), TestCaseError> {
     prop_assert_eq!(s.allocated_bytes, 0);
     prop_assert_eq!(s.requested_bytes, 0);
     for seg in pool.snapshot() {
-        prop_assert_eq!(seg.blocks.len(), 1, "segment {} not coalesced", seg.id);
-        prop_assert_eq!(seg.blocks[0].state, BlockState::Cached);
-        prop_assert_eq!(seg.blocks[0].size, seg.size);
+        if seg.expandable {
+            for w in seg.blocks.windows(2) {
+                prop_assert!(
+                    w[0].state == BlockState::Unmapped || w[1].state == BlockState::Unmapped,
+                    "segment {} not coalesced",
+                    seg.id
+                );
+            }
+            prop_assert!(seg
+                .blocks
+                .iter()
+                .all(|b| matches!(b.state, BlockState::Cached | BlockState::Unmapped)));
+        } else {
+            prop_assert_eq!(seg.blocks.len(), 1, "segment {} not coalesced", seg.id);
+            prop_assert_eq!(seg.blocks[0].state, BlockState::Cached);
+            prop_assert_eq!(seg.blocks[0].size, seg.size);
+        }
     }
-    prop_assert_eq!(s.num_cached_blocks, s.num_segments);
+    if !expandable {
+        prop_assert_eq!(s.num_cached_blocks, s.num_segments);
+    }
     prop_assert_eq!(s.cached_bytes, s.reserved_bytes);
 
     pool.empty_cache()
@@ -133,7 +153,11 @@ fn run(ops: Vec<Op>, limit: Option<u64>) -> Result<(), TestCaseError> {
     prop_assert_eq!(s.num_segments, 0);
     prop_assert_eq!(s.num_driver_allocs, s.num_driver_frees);
     prop_assert_eq!(s.cached_bytes, 0);
-    prop_assert!(s.num_alloc_calls >= s.num_driver_allocs || s.num_alloc_calls == 0);
+    prop_assert_eq!(s.expandable_mapped_bytes, 0);
+    prop_assert_eq!(s.expandable_virtual_bytes, 0);
+    // One driver allocation per segment at most (an expandable segment maps
+    // a page per 2 MiB, so this holds for plain segments only).
+    prop_assert!(expandable || s.num_alloc_calls >= s.num_driver_allocs || s.num_alloc_calls == 0);
     Ok(())
 }
 
@@ -141,15 +165,19 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
 
     #[test]
-    fn random_sequences_keep_invariants(ops in prop::collection::vec(op(), 1..120)) {
-        run(ops, None)?;
+    fn random_sequences_keep_invariants(
+        ops in prop::collection::vec(op(), 1..120),
+        expandable in any::<bool>(),
+    ) {
+        run(ops, None, expandable)?;
     }
 
     #[test]
     fn random_sequences_respect_the_limit(
         ops in prop::collection::vec(op(), 1..120),
         limit in prop_oneof![Just(4 * MIB), Just(24 * MIB), 0u64..=128 * MIB],
+        expandable in any::<bool>(),
     ) {
-        run(ops, Some(limit))?;
+        run(ops, Some(limit), expandable)?;
     }
 }

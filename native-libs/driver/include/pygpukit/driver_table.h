@@ -9,7 +9,8 @@
  *
  * Conventions: every function returns an int status; 0 is success and other
  * values are CUresult codes (PGK_ERR_OOM == CUDA_ERROR_OUT_OF_MEMORY,
- * PGK_NOT_READY == CUDA_ERROR_NOT_READY). Device pointers, streams and events
+ * PGK_NOT_READY == CUDA_ERROR_NOT_READY, PGK_ERR_NOT_SUPPORTED ==
+ * CUDA_ERROR_NOT_SUPPORTED). Device pointers, streams and events
  * travel as uint64_t handles; stream 0 is the legacy default stream and is
  * never used by pygpukit for its own work. error_string never fails.
  */
@@ -22,12 +23,13 @@
 extern "C" {
 #endif
 
-#define PGK_DRIVER_TABLE_ABI 2u
+#define PGK_DRIVER_TABLE_ABI 3u
 #define PGK_DRIVER_TABLE_CAPSULE "pygpukit.driver_table"
 
 #define PGK_OK 0
 #define PGK_ERR_OOM 2
 #define PGK_NOT_READY 600
+#define PGK_ERR_NOT_SUPPORTED 801
 
 typedef struct pgk_driver_table {
   uint32_t abi_version;  /* PGK_DRIVER_TABLE_ABI */
@@ -57,6 +59,20 @@ typedef struct pgk_driver_table {
   int (*host_alloc)(void *ctx, uint64_t size, uint64_t *out_ptr); /* page-locked, portable */
   int (*host_free)(void *ctx, uint64_t ptr);
   int (*stream_query)(void *ctx, uint64_t stream);  /* PGK_OK when idle, PGK_NOT_READY while busy */
+
+  /* ABI 3: virtual memory management, for expandable pool segments. A range of
+   * addresses is reserved once and physical chunks are mapped into it (and
+   * unmapped again) as the pool grows and shrinks. vmm_granularity returns
+   * PGK_ERR_NOT_SUPPORTED when the device or driver cannot do this; the pool
+   * then uses mem_alloc segments. Sizes and addresses given to vmm_map and
+   * vmm_unmap are multiples of the granularity (relative to the reserved base). */
+  int (*vmm_granularity)(void *ctx, uint64_t *out_bytes);
+  int (*vmm_reserve)(void *ctx, uint64_t size, uint64_t *out_va);   /* no memory behind it */
+  int (*vmm_free_range)(void *ctx, uint64_t va, uint64_t size);     /* a whole vmm_reserve range, unmapped */
+  /* Create `size` bytes of device memory, map them at va and allow the device
+   * to read and write them; *out_handle names the chunk for vmm_unmap. */
+  int (*vmm_map)(void *ctx, uint64_t va, uint64_t size, uint64_t *out_handle);
+  int (*vmm_unmap)(void *ctx, uint64_t va, uint64_t size, uint64_t handle); /* unmap and release */
 } pgk_driver_table;
 
 #ifdef __cplusplus

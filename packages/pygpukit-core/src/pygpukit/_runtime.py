@@ -78,7 +78,7 @@ def _try_cuda() -> tuple[Runtime | None, str]:
     stream = _native.stream_create(0, True)
     limit = _memory_limit()
     # The scheduler's capacity: the pool limit, else the device's memory.
-    pool = _rt.Pool(_native.driver_table(), limit, limit if limit is not None else props["total_memory"])
+    pool = _rt.Pool(_native.driver_table(), limit, capacity=limit if limit is not None else props["total_memory"])
     _native.set_launch_gate(pool.scheduler().launch_gate())
     from ._backend import cuda
 
@@ -110,7 +110,7 @@ def _init() -> Runtime:
 
             logging.getLogger("pygpukit").warning("Falling back to CPU simulation backend: %s", reason)
             limit = _memory_limit()
-            rt = Runtime(backend="cpu", reason=reason, pool=_rt.Pool(_rt.host_table(), limit, limit))
+            rt = Runtime(backend="cpu", reason=reason, pool=_rt.Pool(_rt.host_table(), limit, capacity=limit))
             rt.ops = cpu.CpuOps(rt)
         _runtime = rt
         return rt

@@ -54,8 +54,11 @@ class _PoolRouter:
     def __init__(self, main: Any, private: Any, stream: int) -> None:
         self._main, self._private, self._stream = main, private, stream
 
-    def alloc(self, nbytes: int, stream: int = 0) -> Any:
-        return (self._private if stream == self._stream else self._main).alloc(nbytes, stream)
+    def alloc(self, nbytes: int, stream: int = 0, charge: int | None = None) -> Any:
+        # The graph's memory is its own, outside the scheduler's task accounting.
+        if stream == self._stream:
+            return self._private.alloc(nbytes, stream)
+        return self._main.alloc(nbytes, stream, charge)
 
     def record_stream(self, block: Any, stream: int) -> None:
         try:

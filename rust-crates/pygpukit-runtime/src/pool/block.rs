@@ -2,6 +2,7 @@
 //! snapshot types that describe every segment and block of a pool.
 
 use super::config::PoolKind;
+use super::history::Frames;
 
 /// A live allocation. Plain data (`Copy`): the pool identifies it by an
 /// internal slot and generation, so freeing a stale copy twice is detected
@@ -32,6 +33,8 @@ pub enum BlockState {
     Cached,
     /// Freed, waiting for events on other streams before reuse.
     Pending,
+    /// Addresses of an expandable segment with no memory mapped behind them.
+    Unmapped,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -41,15 +44,26 @@ pub struct BlockSnapshot {
     /// Bytes asked for (0 unless live or pending).
     pub requested: u64,
     pub state: BlockState,
+    /// Stack of the allocation when it was recorded (memory history).
+    pub frames: Option<Frames>,
 }
 
-/// One segment and its blocks in address order.
+/// One segment and its blocks in address order; the blocks cover
+/// `[ptr, ptr + size)` exactly.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SegmentSnapshot {
     pub id: u64,
     pub ptr: u64,
+    /// Bytes of the segment: allocated (plain) or reserved addresses (expandable).
     pub size: u64,
     pub stream: u64,
     pub kind: PoolKind,
+    /// An expandable segment (virtual memory), else one `mem_alloc`.
+    pub expandable: bool,
+    /// Bytes backed by physical memory (`size` for a plain segment).
+    pub mapped: u64,
+    /// Physical allocations behind it: 1 for a plain segment, the mapped
+    /// pages of an expandable one.
+    pub chunks: u64,
     pub blocks: Vec<BlockSnapshot>,
 }

@@ -14,9 +14,36 @@ pub const LARGE_SEGMENT: u64 = 20 << 20;
 /// Larger requests get their own segment, rounded up to this.
 pub const ROUND_LARGE: u64 = 2 << 20;
 
+/// Environment variable that turns expandable segments off ("0").
+pub const EXPANDABLE_ENV: &str = "PYGPUKIT_EXPANDABLE_SEGMENTS";
+/// Addresses an expandable segment reserves when the device's memory size
+/// is unknown.
+pub const DEFAULT_VA_RESERVE: u64 = 64 << 30;
+
+/// Whether the pool should use expandable segments, from the value of
+/// `PYGPUKIT_EXPANDABLE_SEGMENTS` (unset: yes). `Err` names a value that is
+/// neither a yes nor a no.
+pub fn parse_expandable(value: Option<&str>) -> Result<bool, String> {
+    let Some(v) = value else {
+        return Ok(true);
+    };
+    match v.trim().to_ascii_lowercase().as_str() {
+        "" | "1" | "true" | "yes" | "on" => Ok(true),
+        "0" | "false" | "no" | "off" => Ok(false),
+        _ => Err(format!(
+            "{EXPANDABLE_ENV}={v:?} is not understood; expected 1/true/yes/on or 0/false/no/off"
+        )),
+    }
+}
+
+/// [`parse_expandable`] of the environment.
+pub fn expandable_from_env() -> Result<bool, String> {
+    parse_expandable(std::env::var(EXPANDABLE_ENV).ok().as_deref())
+}
+
 /// Which free lists (and segments) a size belongs to. Small and large blocks
 /// never share a segment, so small blocks cannot fragment large segments.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum PoolKind {
     Small,
     Large,
@@ -33,7 +60,7 @@ impl PoolKind {
     }
 }
 
-fn round_up(n: u64, to: u64) -> Option<u64> {
+pub(super) fn round_up(n: u64, to: u64) -> Option<u64> {
     n.checked_add(to - 1).map(|v| v / to * to)
 }
 
@@ -63,13 +90,17 @@ pub fn segment_size(rounded: u64) -> Option<u64> {
 
 /// Whether a free block of `block_size` should be split to serve `rounded`
 /// bytes: the remainder must be at least one minimum block (small pool) or
-/// more than `SMALL_SIZE` (large pool, so large segments are never carved
-/// into small pieces).
+/// more than `SMALL_SIZE` (large pool, so plain large segments are never
+/// carved into small pieces). In expandable segments any remainder of a
+/// minimum block is split off: it merges with the pages mapped next to it,
+/// so it is not lost to the large pool, and the block does not hold memory
+/// it was not asked for.
 #[inline]
-pub fn should_split(kind: PoolKind, block_size: u64, rounded: u64) -> bool {
+pub fn should_split(kind: PoolKind, block_size: u64, rounded: u64, expandable: bool) -> bool {
     let remaining = block_size - rounded;
     match kind {
         PoolKind::Small => remaining >= MIN_BLOCK_SIZE,
+        PoolKind::Large if expandable => remaining >= MIN_BLOCK_SIZE,
         PoolKind::Large => remaining > SMALL_SIZE,
     }
 }

@@ -5,10 +5,11 @@
 /// Byte counts: `allocated_bytes` is the sum of the sizes of live blocks
 /// (requests rounded up to 512 B, plus any large-pool tail too small to split
 /// off); `requested_bytes` is the sum of the sizes asked for;
-/// `reserved_bytes` is the sum of segment sizes held from the driver. Every
-/// reserved byte is in exactly one of: a live block, a cached (free) block
-/// or a block pending free, so
-/// `reserved_bytes == allocated_bytes + cached_bytes + pending_bytes`.
+/// `reserved_bytes` is the device memory held from the driver: plain segments
+/// plus the pages mapped into expandable segments. Every reserved byte is in
+/// exactly one of: a live block, a cached (free) block or a block pending
+/// free, so `reserved_bytes == allocated_bytes + cached_bytes + pending_bytes`
+/// and `fragmentation_bytes == reserved_bytes - allocated_bytes`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PoolStats {
     pub allocated_bytes: u64,
@@ -31,11 +32,19 @@ pub struct PoolStats {
     /// Freed blocks waiting for events on other streams.
     pub num_pending_frees: u64,
     pub pending_bytes: u64,
+    /// Reserved but not allocated: memory held by the pool that no live
+    /// block uses (cached and pending).
+    pub fragmentation_bytes: u64,
+    pub num_expandable_segments: u64,
+    /// Physical memory mapped into expandable segments (part of `reserved_bytes`).
+    pub expandable_mapped_bytes: u64,
+    /// Address space reserved by expandable segments (mapped or not).
+    pub expandable_virtual_bytes: u64,
 }
 
 impl PoolStats {
     /// Every counter by name, in a stable order (for dicts and logs).
-    pub fn fields(&self) -> [(&'static str, u64); 16] {
+    pub fn fields(&self) -> [(&'static str, u64); 20] {
         [
             ("allocated_bytes", self.allocated_bytes),
             ("requested_bytes", self.requested_bytes),
@@ -53,6 +62,10 @@ impl PoolStats {
             ("num_ooms", self.num_ooms),
             ("num_pending_frees", self.num_pending_frees),
             ("pending_bytes", self.pending_bytes),
+            ("fragmentation_bytes", self.fragmentation_bytes),
+            ("num_expandable_segments", self.num_expandable_segments),
+            ("expandable_mapped_bytes", self.expandable_mapped_bytes),
+            ("expandable_virtual_bytes", self.expandable_virtual_bytes),
         ]
     }
 }

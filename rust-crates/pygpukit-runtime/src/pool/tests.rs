@@ -1,14 +1,18 @@
 //! Unit tests of the pool over a scripted driver table: fake addresses, an
-//! optional device capacity, and events that stay NOT_READY until the test
-//! completes them (or a device synchronize does).
+//! optional device capacity, events that stay NOT_READY until the test
+//! completes them (or a device synchronize does), and optional virtual memory
+//! (reserved ranges and mapped chunks checked for misuse).
 
 use std::collections::HashMap;
 use std::ffi::{c_char, c_int, c_void};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use super::config::*;
 use super::*;
-use crate::driver::{pgk_driver_table, PGK_DRIVER_TABLE_ABI, PGK_ERR_OOM, PGK_NOT_READY, PGK_OK};
+use crate::driver::{
+    pgk_driver_table, PGK_DRIVER_TABLE_ABI, PGK_ERR_NOT_SUPPORTED, PGK_ERR_OOM, PGK_NOT_READY,
+    PGK_OK,
+};
 
 const MIB: u64 = 1 << 20;
 
@@ -29,6 +33,23 @@ struct DevState {
     events_destroyed: u64,
     records: Vec<(u64, u64)>,
     syncs: u64,
+    /// Granularity of virtual memory; None: not supported.
+    vmm: Option<u64>,
+    /// Reserved ranges: base -> size.
+    ranges: HashMap<u64, u64>,
+    /// Mapped chunks: va -> (size, handle).
+    chunks: HashMap<u64, (u64, u64)>,
+    next_handle: u64,
+    maps: u64,
+    unmaps: u64,
+    /// Status the next vmm_map fails with, if any.
+    fail_next_map: Option<c_int>,
+}
+
+impl DevState {
+    fn mapped_bytes(&self) -> u64 {
+        self.chunks.values().map(|c| c.0).sum()
+    }
 }
 
 struct TestDev {
@@ -150,6 +171,83 @@ unsafe extern "C" fn t_event_sync(ctx: *mut c_void, event: u64) -> c_int {
     })
 }
 
+unsafe extern "C" fn t_vmm_granularity(ctx: *mut c_void, out: *mut u64) -> c_int {
+    dev(ctx).with(|s| match s.vmm {
+        Some(g) => {
+            unsafe { out.write(g) };
+            PGK_OK
+        }
+        None => PGK_ERR_NOT_SUPPORTED,
+    })
+}
+
+unsafe extern "C" fn t_vmm_reserve(ctx: *mut c_void, size: u64, out: *mut u64) -> c_int {
+    dev(ctx).with(|s| {
+        let g = s.vmm.expect("reserve without VMM");
+        assert!(size > 0 && size.is_multiple_of(g), "reserve of {size}");
+        let p = s.next_addr;
+        s.next_addr += size + g;
+        s.ranges.insert(p, size);
+        unsafe { out.write(p) };
+        PGK_OK
+    })
+}
+
+unsafe extern "C" fn t_vmm_free_range(ctx: *mut c_void, va: u64, size: u64) -> c_int {
+    dev(ctx).with(|s| {
+        assert_eq!(s.ranges.remove(&va), Some(size), "free of unknown range");
+        assert!(
+            !s.chunks.keys().any(|&c| c >= va && c < va + size),
+            "range freed with chunks mapped"
+        );
+        PGK_OK
+    })
+}
+
+unsafe extern "C" fn t_vmm_map(ctx: *mut c_void, va: u64, size: u64, out: *mut u64) -> c_int {
+    dev(ctx).with(|s| {
+        if let Some(st) = s.fail_next_map.take() {
+            return st;
+        }
+        let g = s.vmm.expect("map without VMM");
+        assert!(size.is_multiple_of(g));
+        assert!(
+            s.ranges
+                .iter()
+                .any(|(&b, &n)| va >= b && va + size <= b + n && (va - b).is_multiple_of(g)),
+            "map outside a reserved range or off the page grid"
+        );
+        assert!(
+            !s.chunks
+                .iter()
+                .any(|(&c, &(n, _))| c < va + size && va < c + n),
+            "map over a mapped chunk"
+        );
+        if s.capacity.is_some_and(|c| s.used + size > c) {
+            return PGK_ERR_OOM;
+        }
+        s.used += size;
+        s.next_handle += 1;
+        s.chunks.insert(va, (size, s.next_handle));
+        s.maps += 1;
+        unsafe { out.write(s.next_handle) };
+        PGK_OK
+    })
+}
+
+unsafe extern "C" fn t_vmm_unmap(ctx: *mut c_void, va: u64, size: u64, handle: u64) -> c_int {
+    dev(ctx).with(|s| {
+        assert_eq!(
+            s.chunks.remove(&va),
+            Some((size, handle)),
+            "unmap of unknown chunk"
+        );
+        s.used -= size;
+        s.unmaps += 1;
+        PGK_OK
+    })
+}
+
 unsafe extern "C" fn t_error_string(_: *mut c_void, status: c_int) -> *const c_char {
     match status {
         PGK_ERR_OOM => c"out of memory".as_ptr(),
@@ -159,10 +257,16 @@ unsafe extern "C" fn t_error_string(_: *mut c_void, status: c_int) -> *const c_c
 
 /// A leaked test device and a driver over it.
 fn test_driver(capacity: Option<u64>) -> (&'static TestDev, Driver) {
+    test_driver_vmm(capacity, None)
+}
+
+/// A leaked test device with virtual memory of granularity `vmm`.
+fn test_driver_vmm(capacity: Option<u64>, vmm: Option<u64>) -> (&'static TestDev, Driver) {
     let dev: &'static TestDev = Box::leak(Box::new(TestDev {
         state: Mutex::new(DevState {
             capacity,
             next_addr: 1 << 40,
+            vmm,
             ..DevState::default()
         }),
     }));
@@ -188,6 +292,11 @@ fn test_driver(capacity: Option<u64>) -> (&'static TestDev, Driver) {
         host_alloc: Some(t_alloc),
         host_free: Some(t_free),
         stream_query: Some(t_event_query),
+        vmm_granularity: Some(t_vmm_granularity),
+        vmm_reserve: Some(t_vmm_reserve),
+        vmm_free_range: Some(t_vmm_free_range),
+        vmm_map: Some(t_vmm_map),
+        vmm_unmap: Some(t_vmm_unmap),
     }));
     let driver = unsafe { Driver::from_raw(table, None) }.unwrap();
     (dev, driver)
@@ -196,6 +305,14 @@ fn test_driver(capacity: Option<u64>) -> (&'static TestDev, Driver) {
 fn test_pool(capacity: Option<u64>, limit: Option<u64>) -> (&'static TestDev, Pool) {
     let (dev, driver) = test_driver(capacity);
     (dev, Pool::new(driver, limit))
+}
+
+/// A pool with expandable segments over a device with 2 MiB pages.
+fn vmm_pool(capacity: Option<u64>, limit: Option<u64>) -> (&'static TestDev, Pool) {
+    let (dev, driver) = test_driver_vmm(capacity, Some(2 * MIB));
+    let pool = Pool::with_expandable(driver, limit, true);
+    assert!(pool.expandable());
+    (dev, pool)
 }
 
 /// Byte accounting of a pool must add up (a cheap version of the property
@@ -215,8 +332,9 @@ fn check_accounting(pool: &Pool) {
     assert_eq!(s.pending_bytes, sum(BlockState::Pending));
     assert_eq!(
         s.reserved_bytes,
-        snap.iter().map(|seg| seg.size).sum::<u64>()
+        snap.iter().map(|seg| seg.mapped).sum::<u64>()
     );
+    assert_eq!(s.fragmentation_bytes, s.reserved_bytes - s.allocated_bytes);
     assert_eq!(
         s.reserved_bytes,
         s.allocated_bytes + s.cached_bytes + s.pending_bytes
@@ -248,10 +366,12 @@ fn rounding_and_segment_sizes() {
     assert_eq!(segment_size(10 * MIB), Some(10 * MIB));
     assert_eq!(segment_size(11 * MIB), Some(12 * MIB));
     assert_eq!(segment_size(50 * MIB + 512), Some(52 * MIB));
-    assert!(should_split(PoolKind::Small, 1024, 512));
-    assert!(!should_split(PoolKind::Small, 512, 512));
-    assert!(!should_split(PoolKind::Large, 3 * MIB, 2 * MIB));
-    assert!(should_split(PoolKind::Large, 3 * MIB + 512, 2 * MIB));
+    assert!(should_split(PoolKind::Small, 1024, 512, false));
+    assert!(!should_split(PoolKind::Small, 512, 512, true));
+    assert!(!should_split(PoolKind::Large, 3 * MIB, 2 * MIB, false));
+    assert!(should_split(PoolKind::Large, 3 * MIB + 512, 2 * MIB, false));
+    assert!(should_split(PoolKind::Large, 2 * MIB + 512, 2 * MIB, true));
+    assert!(!should_split(PoolKind::Large, 2 * MIB, 2 * MIB, true));
 }
 
 #[test]
@@ -608,4 +728,311 @@ fn host_pool_hands_out_usable_memory() {
     pool.free(&a).unwrap();
     pool.empty_cache().unwrap();
     assert_eq!(pool.stats().reserved_bytes, 0);
+}
+
+// ----- expandable segments ---------------------------------------------------
+
+#[test]
+fn expandable_is_the_default_only_where_the_table_supports_it() {
+    let (_, plain) = test_pool(None, None);
+    assert!(!plain.expandable(), "no VMM in the table: plain segments");
+    let (_, driver) = test_driver_vmm(None, Some(2 * MIB));
+    assert!(!Pool::with_expandable(driver, None, false).expandable());
+    assert_eq!(parse_expandable(None), Ok(true));
+    assert_eq!(parse_expandable(Some("0")), Ok(false));
+    assert_eq!(parse_expandable(Some(" Off ")), Ok(false));
+    assert_eq!(parse_expandable(Some("yes")), Ok(true));
+    let err = parse_expandable(Some("maybe")).unwrap_err();
+    assert!(err.contains("PYGPUKIT_EXPANDABLE_SEGMENTS") && err.contains("maybe"));
+}
+
+#[test]
+fn expandable_segment_grows_by_pages_at_its_tail() {
+    let (dev, pool) = vmm_pool(Some(1 << 30), None);
+    let a = pool.alloc(3 * MIB, 4).unwrap();
+    let b = pool.alloc(3 * MIB, 4).unwrap();
+    // One segment: b follows a, and only the pages they touch are mapped.
+    assert_eq!(b.ptr, a.ptr + 3 * MIB);
+    assert_eq!(b.segment, a.segment);
+    let s = pool.stats();
+    assert_eq!(s.num_segments, 1);
+    assert_eq!(s.num_expandable_segments, 1);
+    assert_eq!(s.reserved_bytes, 6 * MIB);
+    assert_eq!(s.expandable_mapped_bytes, 6 * MIB);
+    assert_eq!(
+        s.expandable_virtual_bytes,
+        1 << 30,
+        "reserves the device size"
+    );
+    assert_eq!(s.num_driver_allocs, 3);
+    assert_eq!(dev.with(|d| d.mapped_bytes()), 6 * MIB);
+    // Small blocks live in their own expandable segment.
+    let small = pool.alloc(1000, 4).unwrap();
+    assert_ne!(small.segment, a.segment);
+    assert_eq!(pool.stats().reserved_bytes, 8 * MIB);
+    let snap = pool.snapshot();
+    assert!(snap.iter().all(|s| s.expandable));
+    assert_eq!(snap[0].blocks.last().unwrap().state, BlockState::Unmapped);
+    check_accounting(&pool);
+    for blk in [a, b, small] {
+        pool.free(&blk).unwrap();
+    }
+    check_accounting(&pool);
+}
+
+#[test]
+fn large_request_after_small_frees_does_not_fail_for_fragmentation() {
+    // 48 MiB device; 20 blocks of 2 MiB, every other one freed: 20 MiB
+    // cached in 2 MiB pieces. A 16 MiB request fits only if those pieces go
+    // back to the device first.
+    let run = |expandable: bool| {
+        let (dev, driver) = test_driver_vmm(Some(48 * MIB), Some(2 * MIB));
+        let pool = Pool::with_expandable(driver, None, expandable);
+        let blocks: Vec<Block> = (0..20).map(|_| pool.alloc(2 * MIB, 0).unwrap()).collect();
+        for b in blocks.iter().skip(1).step_by(2) {
+            pool.free(b).unwrap();
+        }
+        let big = pool.alloc(16 * MIB, 0);
+        check_accounting(&pool);
+        let used = dev.with(|d| d.used);
+        (big.is_ok(), used)
+    };
+    let (ok, used) = run(true);
+    assert!(
+        ok,
+        "expandable: the free pages are unmapped and the tail grows"
+    );
+    assert_eq!(used, 10 * 2 * MIB + 16 * MIB);
+    let (ok, _) = run(false);
+    assert!(!ok, "plain segments: the 20 MiB segments are half used");
+}
+
+#[test]
+fn empty_cache_unmaps_free_pages_in_the_middle() {
+    let (dev, pool) = vmm_pool(None, None);
+    let a = pool.alloc(4 * MIB, 0).unwrap();
+    let b = pool.alloc(4 * MIB, 0).unwrap();
+    let c = pool.alloc(4 * MIB, 0).unwrap();
+    pool.free(&b).unwrap();
+    pool.empty_cache().unwrap();
+    let s = pool.stats();
+    assert_eq!(s.reserved_bytes, 8 * MIB);
+    assert_eq!(s.num_driver_frees, 2);
+    assert_eq!(dev.with(|d| d.chunks.len()), 4);
+    let snap = pool.snapshot();
+    let states: Vec<_> = snap[0].blocks.iter().map(|b| (b.state, b.size)).collect();
+    assert_eq!(states[0], (BlockState::Live, 4 * MIB));
+    assert_eq!(states[1], (BlockState::Unmapped, 4 * MIB));
+    assert_eq!(states[2], (BlockState::Live, 4 * MIB));
+    assert_eq!(states[3].0, BlockState::Unmapped);
+    assert_eq!(snap[0].chunks, 4);
+    check_accounting(&pool);
+    // The hole is mapped again for the next request that fits in it.
+    let d = pool.alloc(3 * MIB, 0).unwrap();
+    assert_eq!(d.ptr, b.ptr);
+    // Two pages for 3 MiB: the last MiB of the hole stays cached.
+    assert_eq!(pool.stats().reserved_bytes, 12 * MIB);
+    assert_eq!(pool.stats().fragmentation_bytes, MIB);
+    check_accounting(&pool);
+    for blk in [a, c, d] {
+        pool.free(&blk).unwrap();
+    }
+    pool.empty_cache().unwrap();
+    let s = pool.stats();
+    assert_eq!((s.reserved_bytes, s.num_segments), (0, 0));
+    assert_eq!(s.expandable_virtual_bytes, 0);
+    assert_eq!(s.num_driver_allocs, s.num_driver_frees);
+    dev.with(|d| {
+        assert_eq!(d.used, 0);
+        assert!(d.ranges.is_empty() && d.chunks.is_empty());
+        assert_eq!(d.maps, d.unmaps);
+    });
+}
+
+#[test]
+fn pages_shared_with_live_blocks_stay_mapped() {
+    let (dev, pool) = vmm_pool(None, None);
+    // Small segment: x [0, 0.5M), y [0.5M, 1.5M), z [1.5M, 2.5M) crosses a page.
+    let x = pool.alloc(MIB / 2, 0).unwrap();
+    let y = pool.alloc(MIB, 0).unwrap();
+    let z = pool.alloc(MIB, 0).unwrap();
+    assert_eq!(z.ptr, x.ptr + 3 * MIB / 2);
+    assert_eq!(pool.stats().reserved_bytes, 4 * MIB);
+    pool.free(&y).unwrap();
+    pool.empty_cache().unwrap();
+    // No page lies wholly in y's free block (nor in the free tail of page 1).
+    assert_eq!(pool.stats().reserved_bytes, 4 * MIB);
+    assert_eq!(dev.with(|d| d.unmaps), 0);
+    pool.free(&z).unwrap();
+    pool.empty_cache().unwrap();
+    // Page 1 is free now; page 0 still holds x.
+    assert_eq!(pool.stats().reserved_bytes, 2 * MIB);
+    check_accounting(&pool);
+    pool.free(&x).unwrap();
+    pool.empty_cache().unwrap();
+    assert_eq!(pool.stats().reserved_bytes, 0);
+    assert_eq!(dev.with(|d| d.used), 0);
+}
+
+#[test]
+fn expandable_limit_counts_mapped_bytes() {
+    let (dev, pool) = vmm_pool(None, Some(10 * MIB));
+    let a = pool.alloc(8 * MIB, 0).unwrap();
+    let err = pool.alloc(4 * MIB, 0).unwrap_err();
+    match err {
+        PoolError::OutOfMemory { stats, .. } => {
+            assert_eq!(stats.reserved_bytes, 8 * MIB);
+            assert_eq!(stats.num_ooms, 1);
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    // Nor on another stream, and no addresses are reserved for it.
+    assert!(pool.alloc(4 * MIB, 1).is_err());
+    assert_eq!(pool.stats().num_segments, 1);
+    assert_eq!(dev.with(|d| d.ranges.len()), 1);
+    // 2 MiB more fits: 10 MiB mapped.
+    let b = pool.alloc(2 * MIB, 0).unwrap();
+    assert_eq!(b.ptr, a.ptr + 8 * MIB);
+    assert_eq!(pool.stats().reserved_bytes, 10 * MIB);
+    pool.free(&a).unwrap();
+    pool.free(&b).unwrap();
+    check_accounting(&pool);
+}
+
+#[test]
+fn failed_maps_are_rolled_back() {
+    // 5 MiB device: a 6 MiB block needs 3 pages, the third fails.
+    let (dev, pool) = vmm_pool(Some(5 * MIB), None);
+    let err = pool.alloc(6 * MIB, 0).unwrap_err();
+    assert!(matches!(err, PoolError::OutOfMemory { .. }));
+    dev.with(|d| {
+        assert_eq!(d.used, 0);
+        assert_eq!(d.maps, d.unmaps);
+    });
+    check_accounting(&pool);
+    dev.with(|d| d.fail_next_map = Some(999));
+    match pool.alloc(MIB * 3, 0).unwrap_err() {
+        PoolError::Driver(e) => assert_eq!(e.call, "cuMemMap"),
+        other => panic!("unexpected {other:?}"),
+    }
+    let ok = pool.alloc(4 * MIB, 0).unwrap();
+    assert_eq!(dev.with(|d| d.used), 4 * MIB);
+    pool.free(&ok).unwrap();
+    drop(pool);
+    dev.with(|d| {
+        assert_eq!(d.used, 0);
+        assert!(d.ranges.is_empty(), "drop releases the address ranges");
+    });
+}
+
+#[test]
+fn expandable_pending_frees_wait_for_events() {
+    let (dev, pool) = vmm_pool(None, None);
+    let a = pool.alloc(4 * MIB, 1).unwrap();
+    pool.record_stream(&a, 2).unwrap();
+    pool.free(&a).unwrap();
+    assert_eq!(pool.stats().pending_bytes, 4 * MIB);
+    let b = pool.alloc(4 * MIB, 1).unwrap();
+    assert_ne!(b.ptr, a.ptr, "pending memory is not reused");
+    dev.complete_all_events();
+    pool.free(&b).unwrap();
+    pool.empty_cache().unwrap();
+    assert_eq!(pool.stats().reserved_bytes, 0);
+    check_accounting(&pool);
+}
+
+// ----- memory history --------------------------------------------------------
+
+fn frames(name: &str, line: u32) -> Frames {
+    Arc::from(vec![Frame {
+        filename: Arc::from("test_file.py"),
+        line,
+        name: Arc::from(name),
+    }])
+}
+
+fn actions(pool: &Pool) -> Vec<(TraceAction, u64, u64)> {
+    pool.history()
+        .iter()
+        .map(|e| (e.action, e.addr, e.size))
+        .collect()
+}
+
+#[test]
+fn history_records_a_scripted_sequence() {
+    let (dev, pool) = vmm_pool(Some(64 * MIB), None);
+    let before = pool.alloc(1000, 0).unwrap(); // not recorded
+    assert!(!pool.is_recording());
+    pool.record_history(true, 100);
+    assert!(pool.is_recording());
+    let a = pool
+        .alloc_traced(3 * MIB, 0, Some(frames("make_a", 10)))
+        .unwrap();
+    let b = pool.alloc(100, 0).unwrap();
+    pool.record_stream(&b, 5).unwrap();
+    pool.free_traced(&b, Some(frames("drop_b", 20))).unwrap();
+    dev.complete_all_events();
+    pool.process_pending_frees().unwrap();
+    pool.free(&a).unwrap();
+    pool.empty_cache().unwrap();
+    assert!(pool.alloc(1 << 40, 0).is_err());
+    pool.record_history(false, 0);
+    assert!(!pool.is_recording());
+    pool.free(&before).unwrap(); // not recorded
+
+    let seg = a.ptr;
+    use TraceAction::*;
+    assert_eq!(
+        actions(&pool),
+        vec![
+            (SegmentMap, seg, 4 * MIB),
+            (Alloc, a.ptr, 3 * MIB),
+            (Alloc, b.ptr, 512),
+            (FreeRequested, b.ptr, 512),
+            (FreeCompleted, b.ptr, 512),
+            (FreeRequested, a.ptr, 3 * MIB),
+            (FreeCompleted, a.ptr, 3 * MIB),
+            (SegmentUnmap, seg, 4 * MIB),
+            (Oom, 0, 1 << 40),
+        ]
+    );
+    let h = pool.history();
+    assert_eq!(h[1].frames.as_ref().unwrap()[0].name.as_ref(), "make_a");
+    assert!(h[2].frames.is_none(), "untraced alloc has no stack");
+    assert_eq!(
+        h[3].frames.as_ref().unwrap()[0].line,
+        20,
+        "free's own stack"
+    );
+    assert_eq!(h[5].frames.as_ref().unwrap()[0].name.as_ref(), "make_a");
+    assert_eq!(h[3].stream, 0);
+    assert_eq!(h[8].device_free, 64 * MIB - 2 * MIB);
+    assert!(h.windows(2).all(|w| w[0].time_us <= w[1].time_us));
+    assert!(
+        h[0].time_us > 1_600_000_000_000_000,
+        "microseconds since the epoch"
+    );
+}
+
+#[test]
+fn history_of_plain_segments_and_block_frames() {
+    let (_, pool) = test_pool(None, None);
+    pool.record_history(true, 3);
+    let a = pool.alloc_traced(100, 7, Some(frames("f", 1))).unwrap();
+    let snap = pool.snapshot();
+    let live = snap[0]
+        .blocks
+        .iter()
+        .find(|b| b.state == BlockState::Live)
+        .unwrap();
+    assert_eq!(live.frames.as_ref().unwrap()[0].name.as_ref(), "f");
+    pool.free(&a).unwrap();
+    assert!(pool.snapshot()[0].blocks.iter().all(|b| b.frames.is_none()));
+    pool.empty_cache().unwrap();
+    use TraceAction::*;
+    // The ring holds the newest 3 of 5 events.
+    let got: Vec<_> = actions(&pool).into_iter().map(|e| e.0).collect();
+    assert_eq!(got, vec![FreeRequested, FreeCompleted, SegmentFree]);
+    let last = pool.history().pop().unwrap();
+    assert_eq!((last.size, last.stream), (2 * MIB, 7));
 }

@@ -34,7 +34,7 @@ pub use state::{Owner, Partition, PartitionId, Task, TaskId, DEFAULT_PARTITION};
 pub use types::{Qos, TaskState};
 
 use crate::driver::Handle;
-use crate::pool::{config::round_size, Block, Pool, PoolError};
+use crate::pool::{config::round_size, Block, Frames, Pool, PoolError};
 use state::{Shortfall, State};
 
 pub type BufferId = u64;
@@ -473,16 +473,18 @@ impl Scheduler {
         Ok(charged)
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn pool_alloc(
         &self,
         g: &mut Inner,
         owner: Owner,
         nbytes: u64,
         stream: Handle,
+        frames: Option<Frames>,
         exclude: Option<BufferId>,
         can_evict: CanEvict<'_>,
     ) -> Result<Block, SchedError> {
-        match self.pool.alloc(nbytes, stream) {
+        match self.pool.alloc_traced(nbytes, stream, frames.clone()) {
             Ok(b) => Ok(b),
             Err(PoolError::OutOfMemory { .. }) => {
                 // The pool released its cache already; spill what may go, retry once.
@@ -493,7 +495,7 @@ impl Scheduler {
                     scope: None,
                 };
                 self.evict_some(g, owner, &short, exclude, can_evict)?;
-                Ok(self.pool.alloc(nbytes, stream)?)
+                Ok(self.pool.alloc_traced(nbytes, stream, frames)?)
             }
             Err(e) => Err(e.into()),
         }
@@ -518,13 +520,25 @@ impl Scheduler {
         charge_stream: Handle,
         can_evict: CanEvict<'_>,
     ) -> Result<Block, SchedError> {
+        self.alloc_traced(nbytes, stream, charge_stream, None, can_evict)
+    }
+
+    /// [`Scheduler::alloc_charged`] with the caller's stack for the pool's history.
+    pub fn alloc_traced(
+        &self,
+        nbytes: u64,
+        stream: Handle,
+        charge_stream: Handle,
+        frames: Option<Frames>,
+        can_evict: CanEvict<'_>,
+    ) -> Result<Block, SchedError> {
         let charged = round_size(nbytes).ok_or_else(|| {
             SchedError::Invalid(format!("cannot allocate {nbytes} bytes: too large"))
         })?;
         let mut g = self.lock();
         let owner = g.st.owner_of_stream(charge_stream);
         self.charge(&mut g, owner, charged, None, can_evict)?;
-        match self.pool_alloc(&mut g, owner, nbytes, stream, None, can_evict) {
+        match self.pool_alloc(&mut g, owner, nbytes, stream, frames, None, can_evict) {
             Ok(b) => {
                 g.blocks.insert(b.ptr, (owner, charged));
                 Ok(b)
@@ -538,6 +552,11 @@ impl Scheduler {
 
     /// Free a block from [`Scheduler::alloc`].
     pub fn free(&self, block: &Block) -> Result<(), SchedError> {
+        self.free_traced(block, None)
+    }
+
+    /// [`Scheduler::free`] with the caller's stack for the pool's history.
+    pub fn free_traced(&self, block: &Block, frames: Option<Frames>) -> Result<(), SchedError> {
         {
             let mut g = self.lock();
             if let Some((owner, charged)) = g.blocks.remove(&block.ptr) {
@@ -545,7 +564,7 @@ impl Scheduler {
                 self.admit_ready(&mut g);
             }
         }
-        Ok(self.pool.free(block)?)
+        Ok(self.pool.free_traced(block, frames)?)
     }
 
     // ----- evictable buffers ---------------------------------------------
@@ -569,7 +588,7 @@ impl Scheduler {
             ));
         }
         self.charge(&mut g, owner, charged, None, can_evict)?;
-        let block = match self.pool_alloc(&mut g, owner, nbytes, stream, None, can_evict) {
+        let block = match self.pool_alloc(&mut g, owner, nbytes, stream, None, None, can_evict) {
             Ok(b) => b,
             Err(e) => {
                 g.st.uncharge(owner, charged);
@@ -619,13 +638,14 @@ impl Scheduler {
             b.host.expect("spilled"),
         );
         self.charge(&mut g, owner, charged, Some(id), can_evict)?;
-        let block = match self.pool_alloc(&mut g, owner, requested, stream, Some(id), can_evict) {
-            Ok(b) => b,
-            Err(e) => {
-                g.st.uncharge(owner, charged);
-                return Err(e);
-            }
-        };
+        let block =
+            match self.pool_alloc(&mut g, owner, requested, stream, None, Some(id), can_evict) {
+                Ok(b) => b,
+                Err(e) => {
+                    g.st.uncharge(owner, charged);
+                    return Err(e);
+                }
+            };
         let driver = self.pool.driver();
         // SAFETY: both ranges hold `requested` bytes.
         let copied = unsafe { driver.memcpy_async(block.ptr, host, requested, stream) }

@@ -29,6 +29,8 @@ pub fn check_invariants(pool: &Pool, live: &[Block], limit: Option<u64>) -> Resu
         // Every byte of the segment is in exactly one block, in address order.
         let mut at = seg.ptr;
         let mut prev_cached = false;
+        let mut prev_unmapped = false;
+        let mut backed = 0u64;
         for b in &seg.blocks {
             if b.ptr != at {
                 return Err(format!(
@@ -40,6 +42,9 @@ pub fn check_invariants(pool: &Pool, live: &[Block], limit: Option<u64>) -> Resu
                 return Err(format!("block 0x{:x} has size {}", b.ptr, b.size));
             }
             at += b.size;
+            if b.state != BlockState::Unmapped {
+                backed += b.size;
+            }
             match b.state {
                 BlockState::Live => {
                     allocated += b.size;
@@ -60,8 +65,26 @@ pub fn check_invariants(pool: &Pool, live: &[Block], limit: Option<u64>) -> Resu
                     pending += b.size;
                     n_pending += 1;
                 }
+                BlockState::Unmapped => {
+                    if !seg.expandable || prev_unmapped {
+                        return Err(format!(
+                            "segment {}: unmapped block 0x{:x} misplaced",
+                            seg.id, b.ptr
+                        ));
+                    }
+                }
             }
             prev_cached = b.state == BlockState::Cached;
+            prev_unmapped = b.state == BlockState::Unmapped;
+        }
+        if backed != seg.mapped {
+            return Err(format!(
+                "segment {}: {} bytes in mapped blocks, {} mapped",
+                seg.id, backed, seg.mapped
+            ));
+        }
+        if seg.expandable && seg.chunks > 0 && seg.mapped % seg.chunks != 0 {
+            return Err(format!("segment {}: uneven chunks", seg.id));
         }
         if at != seg.ptr + seg.size {
             return Err(format!(
@@ -94,7 +117,8 @@ pub fn check_invariants(pool: &Pool, live: &[Block], limit: Option<u64>) -> Resu
         requested += b.requested;
     }
 
-    let reserved: u64 = snap.iter().map(|s| s.size).sum();
+    let reserved: u64 = snap.iter().map(|s| s.mapped).sum();
+    let chunks: u64 = snap.iter().map(|s| s.chunks).sum();
     let expect = [
         ("allocated_bytes", stats.allocated_bytes, allocated),
         ("requested_bytes", stats.requested_bytes, requested),
@@ -108,7 +132,12 @@ pub fn check_invariants(pool: &Pool, live: &[Block], limit: Option<u64>) -> Resu
         (
             "num_driver_allocs - num_driver_frees",
             stats.num_driver_allocs - stats.num_driver_frees,
-            snap.len() as u64,
+            chunks,
+        ),
+        (
+            "fragmentation_bytes",
+            stats.fragmentation_bytes,
+            reserved - allocated,
         ),
     ];
     for (name, got, want) in expect {
