@@ -482,7 +482,7 @@ impl Drop for PyBlock {
         } else {
             None
         };
-        let _ = self.shared.pool().free_traced(&self.block, frames);
+        let _ = self.shared.sched.free_traced(&self.block, frames);
     }
 }
 
