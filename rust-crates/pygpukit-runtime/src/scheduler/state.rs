@@ -308,20 +308,35 @@ impl State {
         Ok(())
     }
 
-    /// Admit queued tasks in order while the head fits: strict order, so a
-    /// large reservation is not starved by smaller ones behind it.
-    /// Returns the ids admitted.
+    /// Admit queued tasks in order. A task that does not fit blocks those
+    /// behind it that compete for the same memory (its partition's, or every
+    /// task when the capacity is what is short), so a large reservation is
+    /// not starved by smaller ones, and a full partition does not hold up the
+    /// others. Returns the ids admitted.
     pub fn admit_ready(&mut self) -> Vec<TaskId> {
         let mut admitted = Vec::new();
-        while let Some(&id) = self.queue.front() {
+        let mut blocked: Vec<PartitionId> = Vec::new();
+        let mut i = 0;
+        while i < self.queue.len() {
+            let id = self.queue[i];
             let (partition, reservation) = {
                 let t = &self.tasks[&id];
                 (t.partition, t.reservation)
             };
-            if self.headroom(partition).0 < reservation {
-                break;
+            if blocked.contains(&partition) {
+                i += 1;
+                continue;
             }
-            self.queue.pop_front();
+            let (free, limit) = self.headroom(partition);
+            if free < reservation {
+                if matches!(limit, Some(Limit::Device { .. })) {
+                    break; // the capacity is short: everyone behind waits
+                }
+                blocked.push(partition);
+                i += 1;
+                continue;
+            }
+            self.queue.remove(i);
             self.set_state(id, TaskState::Admitted)
                 .expect("a queued task is pending");
             admitted.push(id);

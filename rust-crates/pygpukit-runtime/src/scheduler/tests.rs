@@ -133,6 +133,25 @@ fn head_of_line_blocks_smaller_tasks_behind() {
 }
 
 #[test]
+fn a_full_partition_does_not_hold_up_the_others() {
+    let s = sched(Some(100 * MIB));
+    s.partition("a", Some(20 * MIB), 1.0).unwrap();
+    s.partition("b", Some(20 * MIB), 1.0).unwrap();
+    let _hog = running(&s, "hog", Qos::Guaranteed, "a", 20 * MIB, 1);
+    let waiting = s
+        .submit("wait-a", Qos::Guaranteed, "a", 10 * MIB, None)
+        .unwrap();
+    let later_a = s.submit("later-a", Qos::Burstable, "a", 0, None).unwrap();
+    let other = s.submit("b", Qos::Burstable, "b", 10 * MIB, None).unwrap();
+    s.admit(other, Some(Duration::ZERO)).unwrap();
+    s.with_state(|st, _| {
+        assert_eq!(st.tasks[&waiting].state, TaskState::Pending);
+        // FIFO within the partition: the one behind the blocked head waits too.
+        assert_eq!(st.tasks[&later_a].state, TaskState::Pending);
+    });
+}
+
+#[test]
 fn a_reservation_that_can_never_fit_fails_at_once() {
     let s = sched(Some(100 * MIB));
     s.partition("p", Some(10 * MIB), 1.0).unwrap();
