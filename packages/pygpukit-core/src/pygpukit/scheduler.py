@@ -25,6 +25,7 @@ import functools
 import inspect
 import json
 import math
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any, TypeVar, cast
@@ -225,11 +226,7 @@ class Task:
         s = _sched()
         if self.stream is None:
             least, greatest = Stream.priority_range()
-            with outside_tasks():  # the task's own stream, not one adopted by an enclosing task
-                self.stream = Stream(s.stream_priority(self.qos, least, greatest))
-            if _runtime.get().backend == "cpu":
-                # The CPU backend has no streams; a per-task handle keeps charging per task.
-                self.stream.handle = cpu_stream_handle()
+            self.stream = _take_stream(s.stream_priority(self.qos, least, greatest))
             s.add_stream(self.id, self.stream.handle)
             self.sm_budget = _budget(self.qos, self.partition)
             from .top import start_publisher
@@ -258,6 +255,7 @@ class Task:
         s = _sched()
         if self.stream is not None:
             self.counters = s.remove_stream(self.stream.handle)
+            _give_back(self.stream)
         for h in self._adopted:
             s.remove_stream(h)
         self._adopted.clear()
@@ -350,6 +348,33 @@ class Task:
 
     def __repr__(self) -> str:
         return f"<pygpukit.Task {self.name!r} qos={self.qos} partition={self.partition!r} state={self.state}>"
+
+
+# Idle task streams by priority. A task's stream is reused by later tasks of
+# its tier and never destroyed: the pool keeps blocks (and records events) on
+# the streams they were used on, so a destroyed stream would leave it holding
+# a dead handle (and CUDA may hand the same handle to a new stream).
+_idle_streams: dict[int, list[Stream]] = {}
+_idle_lock = threading.Lock()
+
+
+def _take_stream(priority: int) -> Stream:
+    with _idle_lock:
+        idle = _idle_streams.get(priority)
+        if idle:
+            return idle.pop()
+    with outside_tasks():  # the task's own stream, not one adopted by an enclosing task
+        stream = Stream(priority)
+    stream._owned = False  # kept for the life of the process
+    if _runtime.get().backend == "cpu":
+        # The CPU backend has no streams; a per-task handle keeps charging per task.
+        stream.handle = cpu_stream_handle()
+    return stream
+
+
+def _give_back(stream: Stream) -> None:
+    with _idle_lock:
+        _idle_streams.setdefault(stream.priority, []).append(stream)
 
 
 def task(

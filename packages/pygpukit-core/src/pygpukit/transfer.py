@@ -121,6 +121,8 @@ def configure(chunk_bytes: int | None = None, staging_buffers: int | None = None
                 low, high = Stream.priority_range()
                 with scheduler.outside_tasks():  # shared by every task
                     _copy_streams = (Stream(priority=high), Stream(priority=low))
+                for s in _copy_streams:
+                    s._owned = False  # never destroyed: pool blocks live on them
             table, high_h, low_h = rt.native.driver_table(), _copy_streams[0].handle, _copy_streams[1].handle
         else:
             table, high_h, low_h = _rt.host_table(), 0, 0
