@@ -377,16 +377,9 @@ def _give_back(stream: Stream) -> None:
         _idle_streams.setdefault(stream.priority, []).append(stream)
 
 
-def task(
-    name: str,
-    qos: str = "burstable",
-    partition: str | Partition = "default",
-    memory: int | str | None = None,
-    limit: int | str | None = None,
-    timeout: float | None = None,
-) -> Task:
-    """A new task (see ``Task``): ``with gp.task("decode", qos="guaranteed", memory="2GiB"):``."""
-    return Task(name, qos, partition, memory, limit, timeout)
+# ``gp.task("decode", qos="guaranteed", memory="2GiB")``: the spelling of the
+# context manager and decorator; the class and the function are one.
+task = Task
 
 
 def _errors() -> Any:

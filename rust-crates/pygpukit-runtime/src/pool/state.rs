@@ -416,6 +416,50 @@ impl PoolState {
         }
     }
 
+    /// Record a new segment at `ptr` whose one block (in `state`, not in any
+    /// free set) covers it; returns the block's slot.
+    #[allow(clippy::too_many_arguments)]
+    fn add_segment(
+        &mut self,
+        ptr: u64,
+        size: u64,
+        stream: Handle,
+        kind: PoolKind,
+        state: NodeState,
+        chunks: Option<Vec<Handle>>,
+        mapped: u64,
+    ) -> u32 {
+        let id = self.next_segment;
+        self.next_segment += 1;
+        let slot = self.new_node(Node {
+            ptr,
+            size,
+            requested: 0,
+            stream,
+            segment: id,
+            prev: NIL,
+            next: NIL,
+            generation: 0,
+            kind,
+            state,
+            uses: Vec::new(),
+            frames: None,
+        });
+        self.segments.insert(
+            id,
+            Segment {
+                ptr,
+                size,
+                stream,
+                kind,
+                head: slot,
+                chunks,
+                mapped,
+            },
+        );
+        slot
+    }
+
     /// A new segment as one free block (not in the free sets).
     fn new_segment(
         &mut self,
@@ -434,34 +478,7 @@ impl PoolState {
             Err(e) if e.is_oom() => return Err(SegmentFailure::OutOfMemory),
             Err(e) => return Err(SegmentFailure::Driver(e)),
         };
-        let id = self.next_segment;
-        self.next_segment += 1;
-        let slot = self.new_node(Node {
-            ptr,
-            size,
-            requested: 0,
-            stream,
-            segment: id,
-            prev: NIL,
-            next: NIL,
-            generation: 0,
-            kind,
-            state: NodeState::Free,
-            uses: Vec::new(),
-            frames: None,
-        });
-        self.segments.insert(
-            id,
-            Segment {
-                ptr,
-                size,
-                stream,
-                kind,
-                head: slot,
-                chunks: None,
-                mapped: size,
-            },
-        );
+        let slot = self.add_segment(ptr, size, stream, kind, NodeState::Free, None, size);
         let c = &mut self.counters;
         c.reserved += size;
         c.peak_reserved = c.peak_reserved.max(c.reserved);
@@ -549,36 +566,17 @@ impl PoolState {
             Err(e) if e.is_oom() => return Err(SegmentFailure::OutOfMemory),
             Err(e) => return Err(SegmentFailure::Driver(e)),
         };
-        let id = self.next_segment;
-        self.next_segment += 1;
-        let slot = self.new_node(Node {
+        let pages = (size / self.granularity.unwrap_or(size)) as usize;
+        let slot = self.add_segment(
             ptr,
             size,
-            requested: 0,
             stream,
-            segment: id,
-            prev: NIL,
-            next: NIL,
-            generation: 0,
             kind,
-            state: NodeState::Unmapped,
-            uses: Vec::new(),
-            frames: None,
-        });
-        self.insert_unmapped(slot);
-        let pages = (size / self.granularity.unwrap_or(size)) as usize;
-        self.segments.insert(
-            id,
-            Segment {
-                ptr,
-                size,
-                stream,
-                kind,
-                head: slot,
-                chunks: Some(vec![0; pages]),
-                mapped: 0,
-            },
+            NodeState::Unmapped,
+            Some(vec![0; pages]),
+            0,
         );
+        self.insert_unmapped(slot);
         self.counters.virtual_reserved += size;
         Ok(slot)
     }
