@@ -1,8 +1,24 @@
 """LLM inference for PyGPUkit from SafeTensors checkpoints.
 
 A separately installed plugin package of PyGPUkit; it depends on
-pygpukit-core only. Its ops and models are registered with the core
-through the plugin hooks once the op registry exists.
+pygpukit-core only. So far: reading SafeTensors checkpoints (single or
+sharded, memory-mapped, validated) and config.json, and estimating a model's
+memory before loading it.
 """
 
+from .config import ARCHITECTURES, ConfigError, MemoryEstimate, ModelConfig, estimate
+from .safetensors import Checkpoint, SafetensorsError, SafeTensorsFile, TensorInfo
+
 __version__ = "0.1.0"
+
+__all__ = [
+    "ARCHITECTURES",
+    "Checkpoint",
+    "ConfigError",
+    "MemoryEstimate",
+    "ModelConfig",
+    "SafeTensorsFile",
+    "SafetensorsError",
+    "TensorInfo",
+    "estimate",
+]
