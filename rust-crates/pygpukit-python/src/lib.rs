@@ -134,6 +134,33 @@ fn stats_dict<'py>(
     Ok(d)
 }
 
+/// The driver behind a "pygpukit.driver_table" capsule (`who` names the
+/// caller in errors); the driver keeps the capsule, and so the table, alive.
+pub(crate) fn driver_from_capsule(table: &Bound<'_, PyAny>, who: &str) -> PyResult<Driver> {
+    let capsule = table.cast::<PyCapsule>().map_err(|_| {
+        PyTypeError::new_err(format!(
+            "{who} needs a PyCapsule named '{CAPSULE_NAME}', got {}",
+            table.get_type()
+        ))
+    })?;
+    if !capsule.is_valid_checked(Some(PGK_DRIVER_TABLE_CAPSULE)) {
+        return Err(PyValueError::new_err(format!(
+            "{who} needs a PyCapsule named '{CAPSULE_NAME}'"
+        )));
+    }
+    let ptr = capsule.pointer_checked(Some(PGK_DRIVER_TABLE_CAPSULE))?;
+    let owner: Py<PyCapsule> = capsule.clone().unbind();
+    // SAFETY: the capsule's contract is a `*const pgk_driver_table` that
+    // stays valid while the capsule lives; the driver keeps it alive.
+    unsafe {
+        Driver::from_raw(
+            ptr.as_ptr() as *const pgk_driver_table,
+            Some(Box::new(owner)),
+        )
+    }
+    .map_err(|e| PyValueError::new_err(e.to_string()))
+}
+
 // ----- host table ------------------------------------------------------------
 
 /// The host-memory driver table as a PyCapsule named "pygpukit.driver_table".
@@ -227,35 +254,12 @@ impl PyPool {
         expandable: Option<bool>,
         capacity: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
-        let capsule = table.cast::<PyCapsule>().map_err(|_| {
-            PyTypeError::new_err(format!(
-                "Pool() needs a PyCapsule named '{CAPSULE_NAME}', got {}",
-                table.get_type()
-            ))
-        })?;
-        if !capsule.is_valid_checked(Some(PGK_DRIVER_TABLE_CAPSULE)) {
-            return Err(PyValueError::new_err(format!(
-                "Pool() needs a PyCapsule named '{CAPSULE_NAME}'"
-            )));
-        }
-        let ptr = capsule.pointer_checked(Some(PGK_DRIVER_TABLE_CAPSULE))?;
+        let driver = driver_from_capsule(table, "Pool()")?;
         let limit = optional_limit(limit)?;
         let expandable = match expandable {
             Some(e) => e,
             None => config::expandable_from_env().map_err(PyValueError::new_err)?,
         };
-        // The capsule (and whatever keeps the table alive behind it) is held
-        // by the driver, so the table outlives the pool and all its blocks.
-        let owner: Py<PyCapsule> = capsule.clone().unbind();
-        // SAFETY: the capsule's contract is a `*const pgk_driver_table` that
-        // stays valid while the capsule lives; the driver keeps it alive.
-        let driver = unsafe {
-            Driver::from_raw(
-                ptr.as_ptr() as *const pgk_driver_table,
-                Some(Box::new(owner)),
-            )
-        }
-        .map_err(|e| PyValueError::new_err(e.to_string()))?;
         let pool = Arc::new(Pool::with_expandable(driver, limit, expandable));
         let capacity = match capacity {
             Some(c) if !c.is_none() => Some(non_negative(c, "capacity")?),

@@ -7,7 +7,7 @@
 //!   .admit(id, timeout)  .set_state(id, state, error=None)
 //!   .add_stream(id, stream)  .remove_stream(stream) -> counters | None
 //!   .stream_priority(qos, least, greatest) -> int
-//!   .alloc_buffer(nbytes, stream) -> Buffer   .buffers_lru() -> [(id, resident, bytes)]
+//!   .alloc_buffer(nbytes, stream) -> Buffer
 //!   .snapshot() -> dict   .pacing / .set_pacing(...)   .capacity   .set_eviction_grace(s)
 //!   .launch_gate() -> PyCapsule "pygpukit.launch_gate"
 //! Buffer: .ptr (restores when spilled) .id .nbytes .resident .evict()
@@ -406,11 +406,6 @@ impl PyScheduler {
         Ok(obj)
     }
 
-    /// (id, resident, nbytes) of every evictable buffer, least recently used first.
-    fn buffers_lru(&self) -> Vec<(u64, bool, u64)> {
-        self.shared.sched.buffers_lru()
-    }
-
     #[getter]
     fn capacity(&self) -> Option<u64> {
         self.shared.sched.with_state(|st, _| st.capacity)
@@ -535,12 +530,5 @@ impl PyScheduler {
         let ptr: NonNull<c_void> = NonNull::from(gate).cast();
         // SAFETY: the gate is leaked, valid for the process.
         unsafe { PyCapsule::new_with_pointer(py, ptr, LAUNCH_GATE_CAPSULE) }
-    }
-
-    /// What the gate says for a launch on `stream` now: 0 free (counted
-    /// as a launch of the stream's task, if any), 1 go, 2 wait.
-    fn gate_check(&self, stream: u64) -> i32 {
-        let s = &self.shared.sched;
-        s.pacer().before(s.pool().driver(), stream) as i32
     }
 }

@@ -14,16 +14,15 @@
 //! call (and the device destination until the transfer is done). Copies run
 //! with the GIL released.
 
-use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::{PyCapsule, PyDict};
+use pyo3::types::PyDict;
 
-use pygpukit_runtime::driver::{pgk_driver_table, Driver, PGK_DRIVER_TABLE_CAPSULE};
 use pygpukit_runtime::transfer::{
     Direction, Priority, Transfer, TransferConfig, TransferEngine, TransferError,
 };
 
-use crate::{driver_err, CAPSULE_NAME};
+use crate::{driver_err, driver_from_capsule};
 
 fn transfer_err(py: Python<'_>, e: &TransferError) -> PyErr {
     match e {
@@ -36,34 +35,6 @@ fn transfer_err(py: Python<'_>, e: &TransferError) -> PyErr {
 
 fn priority(py: Python<'_>, name: &str) -> PyResult<Priority> {
     name.parse().map_err(|e| transfer_err(py, &e))
-}
-
-/// The driver behind a "pygpukit.driver_table" capsule; the driver keeps the
-/// capsule (and so the table) alive.
-fn driver_from_capsule(table: &Bound<'_, PyAny>) -> PyResult<Driver> {
-    let capsule = table.cast::<PyCapsule>().map_err(|_| {
-        PyTypeError::new_err(format!(
-            "TransferEngine() needs a PyCapsule named '{CAPSULE_NAME}', got {}",
-            table.get_type()
-        ))
-    })?;
-    let ptr = capsule
-        .pointer_checked(Some(PGK_DRIVER_TABLE_CAPSULE))
-        .map_err(|_| {
-            PyValueError::new_err(format!(
-                "TransferEngine() needs a PyCapsule named '{CAPSULE_NAME}'"
-            ))
-        })?;
-    let owner: Py<PyCapsule> = capsule.clone().unbind();
-    // SAFETY: the capsule carries a `*const pgk_driver_table` valid while it
-    // lives, and the driver keeps it alive.
-    unsafe {
-        Driver::from_raw(
-            ptr.as_ptr() as *const pgk_driver_table,
-            Some(Box::new(owner)),
-        )
-    }
-    .map_err(|e| PyValueError::new_err(e.to_string()))
 }
 
 /// Pipelined host <-> device copies through pinned staging buffers on two
@@ -86,7 +57,7 @@ impl PyTransferEngine {
         staging_buffers: Option<usize>,
         copy_threads: Option<usize>,
     ) -> PyResult<Self> {
-        let driver = driver_from_capsule(table)?;
+        let driver = driver_from_capsule(table, "TransferEngine()")?;
         let default = TransferConfig::default();
         let config = TransferConfig {
             chunk_bytes: chunk_bytes.unwrap_or(default.chunk_bytes),

@@ -734,19 +734,34 @@ impl PoolState {
 
     /// Make `slot` unmapped and merge it with unmapped neighbours.
     fn insert_unmapped_merged(&mut self, slot: u32) {
+        let slot = self.merge_neighbours(slot, NodeState::Unmapped);
+        self.insert_unmapped(slot);
+    }
+
+    /// Merge `slot` with its neighbours in the segment that are in `state`
+    /// (taking them out of that state's set); returns the merged block.
+    fn merge_neighbours(&mut self, slot: u32, state: NodeState) -> u32 {
+        debug_assert!(matches!(state, NodeState::Free | NodeState::Unmapped));
+        let take = |st: &mut Self, s: u32| {
+            if state == NodeState::Unmapped {
+                st.remove_unmapped(s)
+            } else {
+                st.remove_free(s)
+            }
+        };
         let mut slot = slot;
         let prev = self.node(slot).prev;
-        if prev != NIL && self.node(prev).state == NodeState::Unmapped {
-            self.remove_unmapped(prev);
+        if prev != NIL && self.node(prev).state == state {
+            take(self, prev);
             self.absorb_next(prev);
             slot = prev;
         }
         let next = self.node(slot).next;
-        if next != NIL && self.node(next).state == NodeState::Unmapped {
-            self.remove_unmapped(next);
+        if next != NIL && self.node(next).state == state {
+            take(self, next);
             self.absorb_next(slot);
         }
-        self.insert_unmapped(slot);
+        slot
     }
 
     // ----- free -------------------------------------------------------------
@@ -884,18 +899,7 @@ impl PoolState {
     /// Return a block to the free set of its stream, merging it with free
     /// neighbours of the same segment; returns the merged block.
     fn free_node(&mut self, slot: u32) -> u32 {
-        let mut slot = slot;
-        let prev = self.node(slot).prev;
-        if prev != NIL && self.node(prev).state == NodeState::Free {
-            self.remove_free(prev);
-            self.absorb_next(prev);
-            slot = prev;
-        }
-        let next = self.node(slot).next;
-        if next != NIL && self.node(next).state == NodeState::Free {
-            self.remove_free(next);
-            self.absorb_next(slot);
-        }
+        let slot = self.merge_neighbours(slot, NodeState::Free);
         self.insert_free(slot);
         slot
     }

@@ -720,16 +720,4 @@ impl Scheduler {
         }
         Ok(())
     }
-
-    /// Ids and residency of every evictable buffer, in LRU order (oldest first).
-    pub fn buffers_lru(&self) -> Vec<(BufferId, bool, u64)> {
-        let g = self.lock();
-        let mut v: Vec<(BufferId, bool, u64, u64)> = g
-            .buffers
-            .iter()
-            .map(|(id, b)| (*id, b.resident.is_some(), b.requested, b.last_use))
-            .collect();
-        v.sort_by_key(|x| x.3);
-        v.into_iter().map(|(a, b, c, _)| (a, b, c)).collect()
-    }
 }
