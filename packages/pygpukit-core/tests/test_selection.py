@@ -19,6 +19,24 @@ def test_take(rng, dtype, axis):
     np.testing.assert_array_equal(gp.take(gp.from_numpy(x), idx32, axis=axis).to_numpy(), np.take(x, idx32, axis=axis))
 
 
+@pytest.mark.parametrize("mode", ["clip", "wrap"])
+@pytest.mark.parametrize("axis", [None, 1])
+def test_take_modes(rng, mode, axis):
+    x = random_array(rng, (4, 9), np.float32)
+    n = x.size if axis is None else x.shape[axis]
+    idx = rng.integers(-3 * n, 3 * n, size=(5, 3)).astype(np.int64)  # most out of range
+    got = gp.take(gp.from_numpy(x), gp.from_numpy(idx), axis=axis, mode=mode).to_numpy()
+    np.testing.assert_array_equal(got, np.take(x, idx, axis=axis, mode=mode))
+    with gp.graph() as g:  # no synchronization: capturable
+        out = gp.take(gp.from_numpy(x), gp.from_numpy(idx), axis=axis, mode=mode)
+    g.replay()
+    np.testing.assert_array_equal(out.to_numpy(), np.take(x, idx, axis=axis, mode=mode))
+    with pytest.raises(ValueError, match="mode must be"):
+        gp.take(gp.from_numpy(x), idx, mode="nearest")
+    with pytest.raises(IndexError, match="size 0"):
+        gp.take(gp.zeros((0, 3)), [0], axis=0, mode=mode)
+
+
 def test_integer_array_indexing(rng):
     x = random_array(rng, (6, 5, 4), np.float32)
     a = gp.from_numpy(x)

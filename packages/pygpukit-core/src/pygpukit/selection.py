@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _dtypes, _indexing, _runtime
+from . import _dtypes, _indexing, _runtime, ufuncs
 from .array import GPUArray, _normalize_axis, broadcast_to
 from .streams import on_stream
 
@@ -65,16 +65,28 @@ def masked(a: GPUArray, mask: GPUArray) -> GPUArray:
 
 
 @on_stream
-def take(a: GPUArray, indices: Any, axis: int | None = None) -> GPUArray:
-    """Elements of ``a`` at ``indices`` along ``axis`` (of the flattened array when None)."""
+def take(a: GPUArray, indices: Any, axis: int | None = None, mode: str = "raise") -> GPUArray:
+    """Elements of ``a`` at ``indices`` along ``axis`` (of the flattened array when None).
+
+    ``mode`` as NumPy's: "raise" checks the indices (negative ones count from
+    the end; the check reads their range back, a synchronization), "clip"
+    clamps them to [0, n - 1] and "wrap" takes them modulo n, on the device
+    without a synchronization (so they work inside a CUDA graph capture)."""
     if not isinstance(a, GPUArray):
         raise TypeError(f"take expects a GPUArray, got {type(a).__name__}")
+    if mode not in ("raise", "clip", "wrap"):
+        raise ValueError(f"take: mode must be 'raise', 'clip' or 'wrap', got {mode!r}")
     idx = _index_array(indices)
     if axis is None:
         a, axis = a.reshape(-1), 0
     ax = _normalize_axis(axis, a.ndim)
     n = a.shape[ax]
-    _check_bounds(idx, n, ax)
+    if mode == "raise":
+        _check_bounds(idx, n, ax)
+    elif idx.size:
+        if n == 0:
+            raise IndexError(f"cannot take from axis {ax} of size 0")
+        idx = ufuncs.clip(idx, 0, n - 1) if mode == "clip" else ufuncs.remainder(idx, n)
     out_shape = a.shape[:ax] + idx.shape + a.shape[ax + 1 :]
     if math.prod(out_shape) == 0:
         return GPUArray._empty(out_shape, a.dtype)

@@ -7,18 +7,26 @@ memory before loading it.
 """
 
 from .config import ARCHITECTURES, ConfigError, MemoryEstimate, ModelConfig, estimate
+from .model import CausalLM, DecoderLayer, LoadError, load
 from .safetensors import Checkpoint, SafetensorsError, SafeTensorsFile, TensorInfo
+from .spec import SPECS, ModelSpec
 
 __version__ = "0.1.0"
 
 __all__ = [
     "ARCHITECTURES",
+    "SPECS",
+    "CausalLM",
     "Checkpoint",
     "ConfigError",
+    "DecoderLayer",
+    "LoadError",
     "MemoryEstimate",
     "ModelConfig",
+    "ModelSpec",
     "SafeTensorsFile",
     "SafetensorsError",
     "TensorInfo",
     "estimate",
+    "load",
 ]

@@ -22,20 +22,17 @@ import numpy as np
 import pygpukit as gp
 
 from .safetensors import Checkpoint, SafetensorsError
+from .spec import SPECS
 
 __all__ = ["ARCHITECTURES", "ConfigError", "MemoryEstimate", "ModelConfig", "estimate"]
 
-# model_type -> the architecture family its ModelSpec will implement
-ARCHITECTURES = {
-    "gpt2": "gpt2",
-    "llama": "llama",
-    "qwen2": "qwen2",
-    "qwen3": "qwen3",
-    "mistral": "mistral",
-    "mixtral": "mixtral",
-    "phi3": "phi3",
-    "gemma2": "gemma2",
-}
+# the config.json model types with a ModelSpec
+ARCHITECTURES = tuple(SPECS)
+# transformers' defaults where a config.json leaves the norm epsilon out
+_NORM_EPS = {"gpt2": 1e-5, "phi3": 1e-5, "mixtral": 1e-5}
+# hidden_act / activation_function names -> the nn plugin's activation names
+_ACTIVATIONS = {"silu": "silu", "swish": "silu", "gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
+                "gelu_fast": "gelu_tanh", "relu": "relu"}  # fmt: skip
 
 
 class ConfigError(gp.PyGPUkitError, ValueError):
@@ -47,6 +44,17 @@ def _first(cfg: dict[str, Any], *keys: str, default: Any = None) -> Any:
         if cfg.get(k) is not None:
             return cfg[k]
     return default
+
+
+def _layer_windows(cfg: dict[str, Any], layers: int, sliding: int | None, where: str) -> tuple[int | None, ...]:
+    """Per-layer windows: transformers' ``layer_types`` ("sliding_attention" /
+    "full_attention") where the config has them, else the window on every layer."""
+    types = cfg.get("layer_types")
+    if types is None or sliding is None:
+        return (sliding,) * layers
+    if not isinstance(types, list) or len(types) != layers or not set(types) <= {"sliding_attention", "full_attention"}:
+        raise ConfigError(f"{where}: layer_types must list 'sliding_attention' or 'full_attention' for each of the {layers} layers")
+    return tuple(sliding if t == "sliding_attention" else None for t in types)
 
 
 @dataclass(frozen=True)
@@ -64,6 +72,9 @@ class ModelConfig:
     num_experts: int  # 0 for dense models
     num_experts_per_tok: int
     sliding_window: int | None
+    layer_windows: tuple[int | None, ...]  # each layer's sliding window (None: full attention)
+    norm_eps: float
+    activation: str
     raw: dict[str, Any]
 
     @classmethod
@@ -95,9 +106,15 @@ class ModelConfig:
         if kv <= 0 or heads % kv:
             raise ConfigError(f"{where}: num_attention_heads {heads} must be a multiple of num_key_value_heads {kv}")
         inter = _first(cfg, "intermediate_size", "n_inner", "ffn_dim")
-        sliding = cfg.get("sliding_window") if mt in ("mistral", "mixtral", "gemma2", "qwen2", "qwen3") else None
+        sliding = cfg.get("sliding_window") if mt in ("mistral", "mixtral", "qwen2", "qwen3", "phi3") else None
         if sliding is not None and cfg.get("use_sliding_window") is False:
             sliding = None
+        windows = _layer_windows(cfg, int(layers), None if sliding is None else int(sliding), where)
+        act_name = str(_first(cfg, "hidden_act", "activation_function", default="gelu_new" if mt == "gpt2" else "silu"))
+        if act_name not in _ACTIVATIONS:
+            raise ConfigError(f"{where}: activation {act_name!r} is not supported; supported: {', '.join(_ACTIVATIONS)}")
+        if mt == "gpt2" and cfg.get("scale_attn_by_inverse_layer_idx"):
+            raise ConfigError(f"{where}: scale_attn_by_inverse_layer_idx is not supported")
         return cls(
             model_type=mt,
             hidden_size=hidden,
@@ -112,6 +129,9 @@ class ModelConfig:
             num_experts=int(_first(cfg, "num_local_experts", "num_experts", default=0)),
             num_experts_per_tok=int(_first(cfg, "num_experts_per_tok", default=0)),
             sliding_window=int(sliding) if sliding is not None else None,
+            layer_windows=windows,
+            norm_eps=float(_first(cfg, "rms_norm_eps", "layer_norm_epsilon", "layer_norm_eps", default=_NORM_EPS.get(mt, 1e-6))),
+            activation=_ACTIVATIONS[act_name],
             raw=cfg,
         )
 

@@ -60,7 +60,7 @@ def decode_attention(q: gp.GPUArray, cache: _Cache, layer: int = 0, scale: float
     if not isinstance(cache, _Cache):
         raise TypeError(f"decode_attention: cache must be a KVCache or PagedKVCache, got {type(cache).__name__}")
     i = cache._layer(layer)
-    return _dispatch.op("decode_attention")(q, *cache._args[i], cache._top[i], scale, window)
+    return _dispatch.op("decode_attention")(q, *cache._args[i], cache.plan_bound(i), scale, window)
 
 
 # -- checks --------------------------------------------------------------------------

@@ -27,8 +27,10 @@ mantissa bits, a relative error of at most 2^-4 per element.
 from __future__ import annotations
 
 import abc
+import contextlib
 import functools
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -421,6 +423,8 @@ class _Cache(abc.ABC):
     """What both caches share: per-layer device lengths with a host mirror,
     fp8 scales, append / gather / reset."""
 
+    max_seq: int  # tokens a sequence can hold (set by the subclass)
+
     def __init__(self, owner: str, batch: Any, num_kv_heads: Any, head_dim: Any, dtype: Any, num_layers: Any, kv_dtype: Any,
                  k_scale: Any, v_scale: Any) -> None:  # fmt: skip
         self._owner = owner
@@ -439,6 +443,11 @@ class _Cache(abc.ABC):
         self._lengths = gp.zeros((layers, self.batch), gp.int32)
         self._host = np.zeros((layers, self.batch), np.int64)
         self._top = [0] * layers  # the longest sequence of each layer (decode's launch plan needs it every call)
+        # Decode plans its launch (split-K over the keys) for the capacity instead of the longest sequence:
+        # every step then makes the same launch, as a CUDA graph needs, and a graph replay and an eager step
+        # split the keys alike, so they agree bit for bit. The kernels cut each sequence's work from its
+        # device length either way; the cost is blocks that find no keys.
+        self.plan_capacity = False
         self._checked: set = set()  # (shape, dtype) of k and v that passed the append checks
         self._k_scale = self._v_scale = None
         self._scaled = np.zeros(layers, bool)  # whether each layer's fp8 scales are set
@@ -526,6 +535,36 @@ class _Cache(abc.ABC):
     def seq_lengths(self, layer: int = 0) -> np.ndarray:
         """The layer's sequence lengths from the host mirror (no synchronization)."""
         return self._host[self._layer(layer)].copy()
+
+    def plan_bound(self, layer: int = 0) -> int:
+        """The longest sequence decode plans its launch for: the capacity when
+        ``plan_capacity`` is set, else the layer's longest sequence."""
+        return self.max_seq if self.plan_capacity else self._top[self._layer(layer)]
+
+    @contextlib.contextmanager
+    def capturing(self) -> Iterator[None]:
+        """Wrap a CUDA graph capture of steps that append to this cache: decode is
+        planned for the capacity meanwhile (``plan_capacity``), and afterwards
+        the lengths (device and host) are what they were before (a capture on
+        the CPU backend runs the block once). A paged cache must hold its blocks
+        ahead (``reserve``): a replay takes none. After each replay, ``advance``
+        the host mirror by what the graph appended."""
+        saved = (self._lengths.copy(), self._host.copy(), list(self._top), self.plan_capacity)
+        self.plan_capacity = True
+        try:
+            yield
+        finally:
+            self._lengths[...] = saved[0]
+            self._host[:], self._top, self.plan_capacity = saved[1], saved[2], saved[3]
+
+    def advance(self, tokens: int = 1) -> None:
+        """Record on the host that every sequence of every layer gained ``tokens``
+        on the device (a graph replay appended them); checks the capacity."""
+        need = self._host + tokens
+        if int(need.max()) > self.max_seq:
+            raise ValueError(f"{self._owner}.advance: a sequence would pass max_seq={self.max_seq}")
+        self._host[:] = need
+        self._top = need.max(axis=1).tolist()
 
     def max_length(self, layer: int = 0) -> int:
         """The longest sequence of the layer, from the host mirror."""

@@ -141,12 +141,15 @@ class Attention:
     seq) ints, host or device.
 
     Without a cache: causal prefill (``scaled_dot_product_attention``). With a
-    ``KVCache`` / ``PagedKVCache``: the new k and v are appended to ``layer``,
-    then up to 8 new tokens attend through ``decode_attention`` (split over
-    the cached sequence), more through the prefill kernel over the gathered
-    cache (all sequences must then have one length: a ragged prefill runs one
-    sequence at a time). ``window`` is a sliding window of that many keys
-    (Mistral)."""
+    ``KVCache`` / ``PagedKVCache``: the new k and v are appended to ``layer``
+    (only the first ``counts[b]`` tokens of sequence b when given: a
+    right-padded ragged batch), then up to 8 new tokens attend through
+    ``decode_attention`` (split over the cached sequence); more tokens into an
+    empty layer attend causally among themselves (a first prefill: padding
+    after a sequence's tokens cannot reach them), and more tokens after
+    cached ones through the prefill kernel over the gathered cache (all
+    sequences must then have one length). ``window`` is a sliding window of
+    that many keys (Mistral)."""
 
     def __init__(
         self,
@@ -185,7 +188,9 @@ class Attention:
         bias = None if biases[0] is None else gp.concatenate(biases, axis=0)
         return cls(Linear(gp.concatenate([q.weight, k.weight, v.weight], axis=0), bias), o, num_heads, num_kv_heads, head_dim, **kw)
 
-    def __call__(self, x: gp.GPUArray, positions: Any, cache: KVCache | PagedKVCache | None = None, layer: int = 0) -> gp.GPUArray:
+    def __call__(
+        self, x: gp.GPUArray, positions: Any, cache: KVCache | PagedKVCache | None = None, layer: int = 0, counts: Any = None
+    ) -> gp.GPUArray:
         b, s, _ = _array("Attention: x", x, 3).shape
         hq, hk, d = self.num_heads, self.num_kv_heads, self.head_dim
         qkv = self.qkv(x)
@@ -199,10 +204,12 @@ class Attention:
         if self.rope is not None:
             q, k = self.rope(q, k, positions)
         window = None if self.window is None else (self.window - 1, 0)
-        if cache is None:
+        if cache is None or (s > decode.MAX_TOKENS and cache.max_length(layer) == 0):
             out = attention.scaled_dot_product_attention(q, k, v, causal=True, scale=self.scale, window=window, layout="bshd")
+            if cache is not None:
+                cache.append(k, v, layer, counts)
         else:
-            cache.append(k, v, layer)
+            cache.append(k, v, layer, counts)
             if s <= decode.MAX_TOKENS:
                 out = decode.decode_attention(q, cache, layer, self.scale, self.window)
             else:

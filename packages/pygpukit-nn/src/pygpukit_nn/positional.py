@@ -370,10 +370,9 @@ def reference(q: Any, k: Any, cos_sin: Any, positions: Any, layout: str, rotary_
     cdt = gp.float64 if wide else gp.float32
     table = cos_sin.astype(cdt, copy=False)
     pos = positions if positions.shape == lead else gp.broadcast_to(positions, lead)
-    valid = (pos >= 0) & (pos < n)
-    idx = gp.where(valid, pos, 0)
-    cos = gp.take(table[:, 0], idx, axis=0)[..., None, :]  # (*lead, 1, half): one angle per token, every head
-    sin = gp.take(table[:, 1], idx, axis=0)[..., None, :]
+    valid = (pos >= 0) & (pos < n)  # positions outside the table leave the token as it is
+    cos = gp.take(table[:, 0], pos, axis=0, mode="clip")[..., None, :]  # (*lead, 1, half): one angle per token, every head
+    sin = gp.take(table[:, 1], pos, axis=0, mode="clip")[..., None, :]
     keep = valid[..., None, None]
     for x in (q, k):
         if x is None or x.size == 0:

@@ -1,0 +1,206 @@
+"""Token generation: prefill once, then one decode step per new token over a KV cache.
+
+A batch of prompts of different lengths is right-padded and prefilled in one
+pass (causal attention keeps the padding out of every real token's view; the
+cache keeps only each row's real tokens); each row's first new token comes
+from its own last prompt position. Decoding then runs the whole batch one
+token per step, each row at its own position; a finished row keeps running
+(its tokens are dropped) until every row is done. Sampling (temperature,
+top-k, top-p, min-p, penalties) runs on the device; the one sync per step
+reads the new token ids back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+import pygpukit as gp
+
+from .config import ConfigError
+
+__all__ = ["GenerationConfig", "StepTokens", "generate_ids"]
+
+
+@dataclass(frozen=True)
+class GenerationConfig:
+    """What to generate. ``temperature`` 0 (or ``greedy``) takes the argmax;
+    penalties follow transformers' conventions (repetition divides positive
+    logits of seen tokens, multiplies the others; presence and frequency
+    subtract, as OpenAI's API does) over prompt and generated tokens.
+    ``stop`` strings end a row's text before them; ``stop_ids`` (added to the
+    tokenizer's end-of-sequence ids unless ``ignore_eos``) end it at that
+    token. ``seed`` makes sampling reproducible."""
+
+    max_new_tokens: int = 128
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    min_p: float = 0.0
+    greedy: bool = False
+    repetition_penalty: float = 1.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    stop: tuple[str, ...] = ()
+    stop_ids: tuple[int, ...] = ()
+    ignore_eos: bool = False
+    seed: int | None = None
+    paged: bool = False  # a paged KV cache instead of a contiguous one
+    cuda_graph: bool = True  # replay the decode step as a CUDA graph (GPU only; not MoE: its routing reads counts back)
+
+    def __post_init__(self) -> None:
+        checks = (
+            ("max_new_tokens", isinstance(self.max_new_tokens, int) and self.max_new_tokens >= 1, "an int >= 1"),
+            ("temperature", self.temperature >= 0, ">= 0"),
+            ("top_k", isinstance(self.top_k, int) and self.top_k >= 0, "an int >= 0"),
+            ("top_p", 0 < self.top_p <= 1, "in (0, 1]"),
+            ("min_p", 0 <= self.min_p < 1, "in [0, 1)"),
+            ("repetition_penalty", self.repetition_penalty > 0, "> 0"),
+        )
+        for name, ok, want in checks:
+            if not ok:
+                raise ValueError(f"GenerationConfig: {name} must be {want}, got {getattr(self, name)!r}")
+        if isinstance(self.stop, str):
+            object.__setattr__(self, "stop", (self.stop,))
+        object.__setattr__(self, "stop", tuple(self.stop))
+        object.__setattr__(self, "stop_ids", tuple(int(i) for i in self.stop_ids))
+        if any(not isinstance(s, str) or not s for s in self.stop):
+            raise ValueError(f"GenerationConfig: stop strings must be non-empty strings, got {self.stop!r}")
+
+    def with_(self, **kw: Any) -> GenerationConfig:
+        return replace(self, **kw)
+
+    @property
+    def penalized(self) -> bool:
+        return self.repetition_penalty != 1.0 or self.presence_penalty != 0.0 or self.frequency_penalty != 0.0
+
+
+@dataclass
+class StepTokens:
+    """One decode step: a token per row, and which rows were still running."""
+
+    tokens: np.ndarray  # (batch,) int
+    active: np.ndarray  # (batch,) bool: the row had not finished before this step
+
+
+def _check_prompts(prompts: Sequence[Sequence[int]], vocab: int) -> list[np.ndarray]:
+    if not len(prompts):
+        raise ValueError("generate: no prompts")
+    out = []
+    for i, p in enumerate(prompts):
+        a = np.asarray(p)
+        if a.ndim != 1 or a.size == 0 or a.dtype.kind not in "iu":
+            raise ValueError(f"generate: prompt {i} must be a non-empty list of token ids, got {p!r:.80}")
+        if a.min() < 0 or a.max() >= vocab:
+            raise ValueError(f"generate: prompt {i} has token ids outside [0, {vocab})")
+        out.append(a.astype(np.int32))
+    return out
+
+
+class _Decoder:
+    """The state of one batch: cache, positions, penalty history, generator."""
+
+    def __init__(self, model: Any, prompts: list[np.ndarray], cfg: GenerationConfig) -> None:
+        self.model, self.cfg = model, cfg
+        self.batch = len(prompts)
+        self.lengths = np.array([len(p) for p in prompts], np.int64)
+        longest = int(self.lengths.max())
+        limit = model.config.max_position_embeddings
+        if longest + cfg.max_new_tokens > limit:
+            raise ConfigError(
+                f"a prompt of {longest} tokens plus {cfg.max_new_tokens} new ones is longer than the model allows ({limit} tokens)"
+            )
+        self.cache = model.new_cache(self.batch, longest + cfg.max_new_tokens, paged=cfg.paged)
+        if cfg.paged:  # every block up front: a graph replay takes none
+            for b in range(self.batch):
+                self.cache.reserve(b, longest + cfg.max_new_tokens)
+        self.padded = np.zeros((self.batch, longest), np.int32)
+        for b, p in enumerate(prompts):
+            self.padded[b, : len(p)] = p
+        self.generator = gp.random.Generator(cfg.seed)
+        self.history = None
+        if cfg.penalized:  # prompt and generated ids, -1 where nothing is yet
+            self.history = np.full((self.batch, longest + cfg.max_new_tokens), -1, np.int32)
+            self.history[:, :longest] = np.where(np.arange(longest)[None, :] < self.lengths[:, None], self.padded, -1)
+        self.step = 0
+        # the decode step's inputs live in fixed buffers, so that a captured graph reads them on every replay
+        self.ids = gp.zeros((self.batch, 1), gp.int32)
+        self.positions = gp.zeros((self.batch, 1), gp.int32)
+        # (the CPU backend's references read cache lengths on the host, so its steps run eagerly)
+        self.use_graph = cfg.cuda_graph and not model.spec.moe and gp.backend() == "cuda"
+        self.cache.plan_capacity = True  # graph and eager steps make the same launches, so they give the same tokens
+        self.graph: Any = None
+        self.logits: gp.GPUArray | None = None
+
+    def prefill(self) -> gp.GPUArray:
+        b, t = self.padded.shape
+        ragged = bool((self.lengths != t).any())
+        hidden = self.model.hidden_states(gp.asarray(self.padded), None, self.cache, self.lengths if ragged else None, check_ids=False)
+        rows = gp.from_numpy((np.arange(b) * t + self.lengths - 1).astype(np.int64))
+        last = gp.take(hidden.reshape(b * t, -1), rows, axis=0)
+        return self.model.logits(last)
+
+    def decode(self, tokens: gp.GPUArray) -> gp.GPUArray:
+        """Logits (batch, vocab) of the step after ``tokens`` (batch,) on the device."""
+        self.ids[...] = tokens.reshape(self.batch, 1)
+        if self.step == 1:
+            self.positions[...] = gp.from_numpy(self.lengths.astype(np.int32).reshape(self.batch, 1))
+        else:
+            self.positions[...] = self.positions + 1
+        if not self.use_graph:
+            return self._step()
+        if self.graph is None:
+            with self.cache.capturing(), gp.graph() as self.graph:
+                self.logits = self._step()
+        self.graph.replay()
+        self.cache.advance(1)
+        return self.logits
+
+    def _step(self) -> gp.GPUArray:
+        return self.model(self.ids, self.positions, self.cache, check_ids=False).reshape(self.batch, -1)
+
+    def sample(self, logits: gp.GPUArray) -> np.ndarray:
+        from pygpukit_nn import sampling
+
+        cfg = self.cfg
+        if self.history is not None:
+            logits = sampling.apply_penalties(
+                logits.astype(gp.float32), ids=gp.from_numpy(self.history), repetition_penalty=cfg.repetition_penalty,
+                presence_penalty=cfg.presence_penalty, frequency_penalty=cfg.frequency_penalty,
+            )  # fmt: skip
+        greedy = cfg.greedy or cfg.temperature == 0
+        tok = sampling.sample(
+            logits, temperature=cfg.temperature, top_k=cfg.top_k, top_p=cfg.top_p, min_p=cfg.min_p, greedy=greedy, generator=self.generator
+        )
+        out = tok.to_numpy().astype(np.int64)
+        if self.history is not None:
+            self.history[np.arange(self.batch), self.lengths + self.step] = out
+        self.step += 1
+        self.last = tok
+        return out
+
+
+def generate_ids(
+    model: Any, prompts: Sequence[Sequence[int]], cfg: GenerationConfig, stop_ids: Sequence[int] = (), finished: np.ndarray | None = None
+) -> Iterator[StepTokens]:
+    """Yield each step's new tokens for a batch of tokenized prompts, until every
+    row has produced a stop id or ``cfg.max_new_tokens`` tokens. ``finished``
+    (batch bools, owned by the caller) ends rows from outside, e.g. on a stop
+    string: it is read after every step."""
+    arrays = _check_prompts(prompts, model.config.vocab_size)
+    dec = _Decoder(model, arrays, cfg)
+    stops = np.array(sorted(set(stop_ids) | set(cfg.stop_ids)), np.int64)
+    active = np.ones(dec.batch, bool)
+    logits = dec.prefill()
+    for step in range(cfg.max_new_tokens):
+        tokens = dec.sample(logits)
+        yield StepTokens(tokens, active.copy())
+        active &= ~np.isin(tokens, stops)
+        if finished is not None:
+            active &= ~finished
+        if not active.any() or step + 1 == cfg.max_new_tokens:
+            return
+        logits = dec.decode(dec.last)

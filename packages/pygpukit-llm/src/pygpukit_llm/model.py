@@ -1,0 +1,314 @@
+"""A decoder-only language model built from a checkpoint through its ModelSpec.
+
+Every supported family is the same pre-norm decoder: embed (plus learned
+positions for GPT-2), then per layer ``x += attn(norm(x))``, ``x += mlp(norm(x))``
+(the residual add fused into the next norm), a final norm and the output
+projection (tied to the embedding where the checkpoint has no lm_head). The
+layers are pygpukit-nn's; their matmuls go to pygpukit-gemm when installed.
+
+``load(directory, dtype)`` checks config.json and the tensor names before
+allocating, then moves each weight to the device once, converting its dtype
+there; the checkpoint's memory-mapped bytes are never written.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import pygpukit as gp
+
+from .config import ConfigError, ModelConfig, estimate
+from .safetensors import Checkpoint, SafetensorsError
+from .spec import ModelSpec, Sources, spec_for
+
+__all__ = ["CausalLM", "DecoderLayer", "LoadError", "load"]
+
+DTYPES = {"bfloat16": gp.bfloat16, "float16": gp.float16, "float32": gp.float32}
+_FLOATS = {np.dtype(d) for d in (gp.bfloat16, gp.float16, gp.float32, gp.float64)}
+
+
+class LoadError(gp.PyGPUkitError, ValueError):
+    """The checkpoint does not hold what its config.json describes, or will not fit."""
+
+
+def _nn() -> Any:
+    try:
+        import pygpukit_nn.layers as layers
+    except ImportError as exc:  # pragma: no cover - a dependency of this package
+        raise ImportError("pygpukit-llm needs pygpukit-nn: pip install pygpukit-nn") from exc
+    return layers
+
+
+@dataclass
+class DecoderLayer:
+    attn_norm: Any
+    attn: Any
+    mlp_norm: Any
+    mlp: Any
+
+
+class CausalLM:
+    """A loaded model: ``forward(ids, positions, cache, counts)`` gives logits.
+
+    ids (batch, seq) int32 on the device; positions (seq,) or (batch, seq)
+    (default 0..seq-1); with a cache, tokens are appended to it (``counts``:
+    how many of each row's tokens are real in a right-padded batch)."""
+
+    def __init__(
+        self, config: ModelConfig, spec: ModelSpec, dtype: Any, embed: Any, pos_embed: gp.GPUArray | None,
+        layers: list[DecoderLayer], final_norm: Any, lm_head: Any, directory: Path | None = None,
+    ) -> None:  # fmt: skip
+        self.config, self.spec, self.dtype = config, spec, np.dtype(dtype)
+        self.embed, self.pos_embed, self.layers = embed, pos_embed, layers
+        self.final_norm, self.lm_head, self.directory = final_norm, lm_head, directory
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.layers)
+
+    def hidden_states(
+        self, ids: gp.GPUArray, positions: Any = None, cache: Any = None, counts: Any = None, check_ids: bool = True
+    ) -> gp.GPUArray:
+        """The final normed hidden states (batch, seq, hidden). ``check_ids=False``
+        skips the range check of the ids (a synchronization) for ids known good."""
+        b, s = ids.shape
+        if positions is None:
+            positions = gp.arange(s, dtype=gp.int32)
+        x = self.embed(ids, check_ids)
+        if self.pos_embed is not None:
+            pos = positions if isinstance(positions, gp.GPUArray) else gp.from_numpy(np.asarray(positions, np.int32))
+            x = x + _nn().embedding.embedding(pos.astype(gp.int32), self.pos_embed)
+        h, residual = self.layers[0].attn_norm(x), x
+        for i, layer in enumerate(self.layers):
+            a = layer.attn(h, positions, cache, i, counts)
+            h, residual = layer.mlp_norm.add(a, residual)
+            m = layer.mlp(h.reshape(b * s, -1)).reshape(b, s, -1) if self.spec.moe else layer.mlp(h)
+            nxt = self.layers[i + 1].attn_norm if i + 1 < len(self.layers) else self.final_norm
+            h, residual = nxt.add(m, residual)
+        return h
+
+    def logits(self, hidden: gp.GPUArray) -> gp.GPUArray:
+        return self.lm_head(hidden)
+
+    def forward(
+        self, ids: gp.GPUArray, positions: Any = None, cache: Any = None, counts: Any = None, check_ids: bool = True
+    ) -> gp.GPUArray:
+        """Logits (batch, seq, vocab) in the model's dtype."""
+        return self.logits(self.hidden_states(ids, positions, cache, counts, check_ids))
+
+    __call__ = forward
+
+    def new_cache(self, batch: int, max_seq: int, paged: bool = False, block_size: int = 16, kv_dtype: Any = None) -> Any:
+        """A KV cache for ``batch`` sequences of up to ``max_seq`` tokens (all layers)."""
+        cfg = self.config
+        if max_seq > cfg.max_position_embeddings:
+            raise ConfigError(f"a context of {max_seq} tokens is longer than the model allows ({cfg.max_position_embeddings})")
+        from pygpukit_nn.kv_cache import KVCache, PagedKVCache
+
+        kw = {"num_layers": cfg.num_layers, "kv_dtype": kv_dtype}
+        if not paged:
+            return KVCache(batch, max_seq, cfg.num_kv_heads, cfg.head_dim, self.dtype, **kw)
+        blocks_per_seq = -(-max_seq // block_size)
+        return PagedKVCache(
+            batch * blocks_per_seq, block_size, cfg.num_kv_heads, cfg.head_dim, self.dtype, batch=batch, max_seq=max_seq, **kw
+        )
+
+    def __repr__(self) -> str:
+        c = self.config
+        return (f"CausalLM({c.model_type}, layers={c.num_layers}, hidden={c.hidden_size}, heads={c.num_heads}/{c.num_kv_heads}, "
+                f"vocab={c.vocab_size}, dtype={self.dtype})")  # fmt: skip
+
+
+# -- loading ---------------------------------------------------------------------------
+
+
+class _Weights:
+    """Resolves a spec's logical weights to checkpoint tensors and loads them,
+    keeping the names it used (what is left over is reported)."""
+
+    def __init__(self, ckpt: Checkpoint, spec: ModelSpec, dtype: np.dtype, num_experts: int, progress: Callable[[int], None]) -> None:
+        self.ckpt, self.spec, self.dtype, self.num_experts = ckpt, spec, dtype, num_experts
+        self.used: set[str] = set()
+        self.progress = progress
+
+    def names(self, logical: str, i: int = 0) -> list[list[str]] | None:
+        """The tensors of ``logical`` (layer i): per expert when it has {e}, else one list."""
+        sources: Sources = self.spec.weights.get(logical, ())
+        for prefix in self.spec.prefixes:
+            for alternative in sources:
+                experts = range(self.num_experts) if any("{e}" in t for t in alternative) else [None]
+                groups = [[prefix + t.format(i=i, e=e) for t in alternative] for e in experts]
+                if all(n in self.ckpt for g in groups for n in g):
+                    return groups
+        return None
+
+    def get(self, logical: str, i: int = 0, required: bool = True) -> gp.GPUArray | None:
+        groups = self.names(logical, i)
+        if groups is None:
+            if required:
+                where = "" if "{i}" not in str(self.spec.weights.get(logical)) else f" of layer {i}"
+                alts = " or ".join("+".join(a) for a in self.spec.weights.get(logical, ()))
+                raise LoadError(f"the checkpoint has no {logical}{where} (looked for {alts.format(i=i, e=0)})")
+            return None
+        parts = [gp.concatenate([self._tensor(n) for n in g], axis=0) if len(g) > 1 else self._tensor(g[0]) for g in groups]
+        return parts[0] if len(parts) == 1 else gp.stack(parts, axis=0)
+
+    def _tensor(self, name: str) -> gp.GPUArray:
+        info = self.ckpt.info(name)
+        if np.dtype(info.dtype) not in _FLOATS:
+            raise LoadError(f"tensor {name!r} is {info.dtype}; weights must be bfloat16, float16, float32 or float64")
+        a = self.ckpt.to_device(name, self.dtype)
+        if self.spec.transposed and a.ndim == 2:
+            a = gp.ascontiguousarray(a.T)
+        self.used.add(name)
+        self.progress(info.nbytes)
+        return a
+
+    def unused(self) -> list[str]:
+        ignored = self.spec.ignored_suffixes
+        return sorted(n for n in self.ckpt.keys() if n not in self.used and not n.endswith(ignored))
+
+
+def _check_shapes(cfg: ModelConfig, layer: DecoderLayer, i: int) -> None:
+    a = layer.attn
+    if a.qkv.in_features != cfg.hidden_size:
+        raise LoadError(f"layer {i}: the qkv projection takes {a.qkv.in_features} inputs, config.json says hidden_size {cfg.hidden_size}")
+
+
+def _progress_bar(total: int, enabled: bool) -> Callable[[int], None]:
+    done = [0, time.perf_counter()]
+
+    def step(nbytes: int) -> None:
+        done[0] += nbytes
+        if enabled and total:
+            frac = done[0] / total
+            bar = "#" * int(30 * frac)
+            sys.stderr.write(f"\rloading [{bar:<30}] {100 * frac:5.1f}% {done[0] / 2**30:6.2f} GiB")
+            if done[0] >= total:
+                sys.stderr.write(f" in {time.perf_counter() - done[1]:.1f} s\n")
+            sys.stderr.flush()
+
+    return step
+
+
+def load(
+    directory: str | os.PathLike[str],
+    dtype: Any = "bfloat16",
+    *,
+    max_seq_len: int | None = None,
+    batch: int = 1,
+    progress: bool | None = None,
+) -> CausalLM:
+    """Load a Hugging Face model directory (config.json and safetensors) onto the device.
+
+    ``dtype``: "bfloat16", "float16" or "float32" (weights are converted on the
+    device). Before any allocation the memory estimate for (dtype,
+    max_seq_len, batch) is checked against the free device memory, and every
+    tensor the architecture needs is looked up; a missing or misshapen tensor,
+    or one the architecture does not use, is an error naming it."""
+    path = Path(directory)
+    if not path.is_dir():
+        raise FileNotFoundError(f"{path} is not a model directory")
+    name = dtype if isinstance(dtype, str) else np.dtype(dtype).name
+    if name not in DTYPES:
+        raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+    dt = np.dtype(DTYPES[name])
+    cfg = ModelConfig.load(path)
+    spec = spec_for(cfg.model_type)
+    try:
+        ckpt = Checkpoint(path)
+    except SafetensorsError as exc:
+        raise LoadError(str(exc)) from None
+    need = estimate(path, name, min(max_seq_len or 4096, cfg.max_position_embeddings), batch)
+    free = _available_bytes()
+    if free is not None and need.total_bytes > free:
+        raise LoadError(f"{path.name} needs {need} but the device has only {free / 2**30:.2f} GiB free; nothing was allocated")
+    total = sum(ckpt.info(n).nbytes for n in ckpt.keys())
+    w = _Weights(ckpt, spec, dt, cfg.num_experts, _progress_bar(total, sys.stderr.isatty() if progress is None else progress))
+    _check_names(cfg, w)
+    model = _build(cfg, spec, dt, w, path)
+    extra = w.unused()
+    if extra:
+        raise LoadError(f"{path.name}: {len(extra)} tensors are not used by the {cfg.model_type} architecture, e.g. {extra[:3]}")
+    return model
+
+
+def _available_bytes() -> int | None:
+    """Bytes the pool can still hand out: the device's free memory plus what the
+    pool holds cached, within the pool's limit. None on the CPU backend."""
+    info = gp.info()
+    if info.backend != "cuda" or info.free_memory is None:
+        return None
+    stats = gp.memory.stats()
+    free = info.free_memory + stats["cached_bytes"]
+    limit = gp.memory.get_limit()
+    return free if limit is None else min(free, limit - stats["allocated_bytes"])
+
+
+def _check_names(cfg: ModelConfig, w: _Weights) -> None:
+    """Every required tensor exists, before anything is allocated."""
+    glob = ["embed", "final_norm.weight"]
+    per_layer = ["attn_norm.weight", "mlp_norm.weight", "qkv.weight", "o.weight"]
+    per_layer += ["router.weight", "experts.gate_up", "experts.down"] if w.spec.moe else ["up.weight", "down.weight"]
+    per_layer += ["q_norm.weight", "k_norm.weight"] if w.spec.qk_norm else []
+    missing = [g for g in glob if w.names(g) is None]
+    missing += [f"{p} (layer {i})" for i in range(cfg.num_layers) for p in per_layer if w.names(p, i) is None]
+    if missing:
+        raise LoadError(f"the checkpoint lacks {len(missing)} tensors of a {cfg.model_type} model with {cfg.num_layers} layers, "
+                        f"e.g. {missing[:3]}")  # fmt: skip
+
+
+def _norm(nn: Any, spec: ModelSpec, cfg: ModelConfig, w: _Weights, prefix: str, i: int = 0) -> Any:
+    weight = w.get(prefix + ".weight", i)
+    if spec.norm == "layer":
+        return nn.LayerNorm(weight, w.get(prefix + ".bias", i, required=False), cfg.norm_eps)
+    return nn.RMSNorm(weight, cfg.norm_eps)
+
+
+def _linear(nn: Any, w: _Weights, name: str, i: int) -> Any:
+    return nn.Linear(w.get(name + ".weight", i), w.get(name + ".bias", i, required=False))
+
+
+def _build(cfg: ModelConfig, spec: ModelSpec, dt: np.dtype, w: _Weights, path: Path) -> CausalLM:
+    nn = _nn()
+    from pygpukit_nn.positional import RotaryEmbedding
+
+    embed = nn.Embedding(w.get("embed"))
+    if embed.weight.shape != (cfg.vocab_size, cfg.hidden_size):
+        raise LoadError(f"the embedding is {embed.weight.shape}, config.json says ({cfg.vocab_size}, {cfg.hidden_size})")
+    pos_embed = None if spec.rotary else w.get("pos_embed")
+    rope = RotaryEmbedding.from_config(cfg.raw) if spec.rotary else None
+    layers = []
+    for i in range(cfg.num_layers):
+        q_norm = k_norm = None
+        if spec.qk_norm:
+            q_norm, k_norm = nn.RMSNorm(w.get("q_norm.weight", i), cfg.norm_eps), nn.RMSNorm(w.get("k_norm.weight", i), cfg.norm_eps)
+        try:
+            attn = nn.Attention(
+                _linear(nn, w, "qkv", i), _linear(nn, w, "o", i), cfg.num_heads, cfg.num_kv_heads, cfg.head_dim,
+                rope=rope, q_norm=q_norm, k_norm=k_norm, window=cfg.layer_windows[i],
+            )  # fmt: skip
+            if spec.moe:
+                mlp = nn.MoE(nn.Linear(w.get("router.weight", i)), w.get("experts.gate_up", i), w.get("experts.down", i),
+                             cfg.num_experts_per_tok, renormalize=True, activation=cfg.activation)  # fmt: skip
+            else:
+                mlp = nn.MLP(_linear(nn, w, "up", i), _linear(nn, w, "down", i), cfg.activation, gated=spec.gated)
+        except ValueError as exc:
+            if isinstance(exc, LoadError):
+                raise
+            raise LoadError(f"layer {i} does not match config.json: {exc}") from None
+        layer = DecoderLayer(_norm(nn, spec, cfg, w, "attn_norm", i), attn, _norm(nn, spec, cfg, w, "mlp_norm", i), mlp)
+        _check_shapes(cfg, layer, i)
+        layers.append(layer)
+    final_norm = _norm(nn, spec, cfg, w, "final_norm")
+    head = w.get("lm_head", required=not cfg.tie_word_embeddings)
+    lm_head = nn.Linear(head) if head is not None else nn.Linear(embed.weight)
+    return CausalLM(cfg, spec, dt, embed, pos_embed, layers, final_norm, lm_head, path)
