@@ -5,6 +5,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 import pygpukit as gp
 from pygpukit import doctor
 from pygpukit.cli import main
@@ -79,3 +81,22 @@ def test_demo_runs(capsys):
     assert main(["demo"]) == 0
     out = capsys.readouterr().out
     assert "a * 2 + arange(5)" in out and "max abs error" in out and "num_driver_allocs" in out
+
+
+def test_plugin_commands_run_with_their_arguments(monkeypatch, capsys):
+    import pygpukit.cli as cli
+
+    calls = []
+
+    class EntryPoint:
+        name, value, dist = "hello", "hello_pkg.cli:main", None
+
+        def load(self):
+            return lambda argv: calls.append(argv) or 3
+
+    monkeypatch.setattr(cli, "_plugin_commands", lambda: {"hello": EntryPoint(), "info": EntryPoint()})
+    assert cli.main(["hello", "--flag", "x"]) == 3 and calls == [["--flag", "x"]]
+    with pytest.raises(SystemExit):
+        cli.main(["--help"])
+    assert "from hello_pkg.cli" in capsys.readouterr().out
+    assert cli.main(["info", "--json"]) == 0 and calls == [["--flag", "x"]]  # a builtin is never shadowed

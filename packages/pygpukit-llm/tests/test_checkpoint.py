@@ -186,3 +186,36 @@ def test_estimate_from_headers_or_config(tmp_path, rng):
         estimate(tmp_path, batch=0)
     with pytest.raises(ConfigError, match=r"config\.json is missing"):
         estimate(tmp_path / "nowhere")
+
+
+def test_save_file_round_trips_and_writes_whole_files(tmp_path, rng):
+    from pygpukit_llm.safetensors import save_file
+
+    tensors = {
+        "b.weight": rng.standard_normal((5, 3)).astype(gp.bfloat16),
+        "a.bias": rng.standard_normal(7).astype(np.float16),
+        "ids": rng.integers(-9, 9, (2, 2, 2)).astype(np.int64),
+        "dev": gp.from_numpy(rng.standard_normal((4,)).astype(np.float32)),
+        "empty": np.zeros((0, 3), np.float32),
+    }
+    path = tmp_path / "m.safetensors"
+    save_file(tensors, path, {"format": "pt"})
+    f = SafeTensorsFile(path)
+    assert f.metadata == {"format": "pt"} and sorted(f.keys()) == sorted(tensors)
+    for name, t in tensors.items():
+        want = t.to_numpy() if isinstance(t, gp.GPUArray) else t
+        got = f.numpy(name)
+        assert got.dtype == want.dtype and got.shape == want.shape
+        np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))
+    (n,) = struct.unpack("<Q", path.read_bytes()[:8])
+    assert n % 8 == 0  # the data section starts aligned
+    with pytest.raises(SafetensorsError, match="cannot hold"):
+        save_file({"c": np.zeros(2, np.complex64)}, tmp_path / "bad.safetensors")
+    with pytest.raises(SafetensorsError, match="names must be"):
+        save_file({"__metadata__": np.zeros(2, np.float32)}, tmp_path / "bad.safetensors")
+    assert not list(tmp_path.glob("bad*"))  # nothing half-written
+    st = pytest.importorskip("safetensors.numpy")  # the reference reader agrees (it has no bfloat16)
+    plain = {k: v for k, v in tensors.items() if isinstance(v, np.ndarray) and v.dtype != gp.bfloat16}
+    save_file(plain, tmp_path / "plain.safetensors")
+    for name, arr in st.load_file(str(tmp_path / "plain.safetensors")).items():
+        np.testing.assert_array_equal(arr, plain[name])

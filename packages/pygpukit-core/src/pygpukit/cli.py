@@ -1,13 +1,30 @@
-"""The ``pygpukit`` command: info, doctor, demo, ops, plugins, top."""
+"""The ``pygpukit`` command: info, doctor, demo, ops, plugins, top, and the
+commands of installed plugin packages (entry-point group ``pygpukit.commands``:
+``name = "module:function"``, the function takes the remaining arguments and
+returns an exit status; only the one asked for is imported)."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+from typing import Any
+
+COMMANDS_GROUP = "pygpukit.commands"
+
+
+def _plugin_commands() -> dict[str, Any]:
+    from importlib.metadata import entry_points
+
+    return {ep.name: ep for ep in entry_points(group=COMMANDS_GROUP)}
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    extra = _plugin_commands()
+    builtin = {"info", "doctor", "demo", "ops", "plugins", "top"}
+    if argv and argv[0] in extra and argv[0] not in builtin:
+        return int(extra[argv[0]].load()(argv[1:]) or 0)
     parser = argparse.ArgumentParser(prog="pygpukit", description="PyGPUkit command line")
     sub = parser.add_subparsers(dest="command", required=True)
     p_info = sub.add_parser("info", help="backend, device, driver, NVRTC and cache directory")
@@ -23,6 +40,10 @@ def main(argv: list[str] | None = None) -> int:
     p_top.add_argument("--json", action="store_true", help="print the published snapshots as JSON and exit")
     p_top.add_argument("--interval", type=float, default=1.0, help="seconds between refreshes (default 1)")
     p_top.add_argument("--dir", default=None, help="run directory (default: PYGPUKIT_RUN_DIR or <tmp>/pygpukit-<uid>)")
+    for name, ep in sorted(extra.items()):
+        if name not in builtin:
+            dist = ep.dist.name if ep.dist is not None else ep.value.split(":")[0]
+            sub.add_parser(name, help=f"from {dist}: pygpukit {name} --help", add_help=False)
     args = parser.parse_args(argv)
 
     if args.command == "info":

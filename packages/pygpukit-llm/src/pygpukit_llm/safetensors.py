@@ -28,7 +28,7 @@ import numpy as np
 
 import pygpukit as gp
 
-__all__ = ["DTYPES", "Checkpoint", "SafeTensorsFile", "SafetensorsError", "TensorInfo"]
+__all__ = ["DTYPES", "Checkpoint", "SafeTensorsFile", "SafetensorsError", "TensorInfo", "save_file"]
 
 DTYPES: dict[str, np.dtype] = {
     "F64": np.dtype(np.float64),
@@ -230,3 +230,40 @@ class Checkpoint:
         host = self.numpy(name)
         out = gp.from_numpy(np.ascontiguousarray(host)) if host.size else gp.empty(host.shape, host.dtype)
         return out if dtype is None or np.dtype(dtype) == out.dtype else out.astype(dtype)
+
+
+_NAMES = {dt: name for name, dt in DTYPES.items()}
+
+
+def save_file(tensors: dict[str, Any], path: str | os.PathLike[str], metadata: dict[str, str] | None = None) -> None:
+    """Write ``tensors`` (name -> NumPy array or GPUArray) as one safetensors
+    file, in name order, the header padded to 8 bytes as the reference writer
+    does. The file appears whole or not at all (written beside it, then renamed)."""
+    out = Path(path)
+    arrays: dict[str, np.ndarray] = {}
+    for name, t in sorted(tensors.items()):
+        a = t.to_numpy() if isinstance(t, gp.GPUArray) else np.asarray(t)
+        if not isinstance(name, str) or not name or name == "__metadata__":
+            raise SafetensorsError(f"{out}: tensor names must be non-empty strings other than __metadata__, got {name!r}")
+        if a.dtype not in _NAMES:
+            raise SafetensorsError(f"{out}: tensor {name!r} has dtype {a.dtype}, which safetensors cannot hold")
+        arrays[name] = np.ascontiguousarray(a)
+    if metadata is not None and not all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()):
+        raise SafetensorsError(f"{out}: metadata must map strings to strings")
+    header: dict[str, Any] = {"__metadata__": dict(metadata)} if metadata else {}
+    offset = 0
+    for name, a in arrays.items():
+        header[name] = {"dtype": _NAMES[a.dtype], "shape": list(a.shape), "data_offsets": [offset, offset + a.nbytes]}
+        offset += a.nbytes
+    raw = json.dumps(header, separators=(",", ":")).encode()
+    raw += b" " * (-len(raw) % 8)
+    tmp = out.with_name(out.name + ".partial")
+    try:
+        with open(tmp, "wb") as f:
+            f.write(struct.pack("<Q", len(raw)) + raw)
+            for a in arrays.values():
+                f.write(memoryview(a.reshape(-1).view(np.uint8)))
+        os.replace(tmp, out)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise SafetensorsError(f"cannot write {out}: {exc.strerror or exc}") from None

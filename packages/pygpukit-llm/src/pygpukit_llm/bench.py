@@ -1,0 +1,269 @@
+"""LLM throughput, measured side by side with transformers where it is installed.
+
+``pygpukit bench-llm --model DIR`` (or ``--shape qwen2-0.5b`` / ``llama-1.1b``:
+a random-weight checkpoint of that shape is written to a temporary directory
+first) measures, in one run:
+
+- load: ``load(DIR)`` from the page cache (the files are read once before);
+- decode: greedy generation of ``new`` tokens after a random ``prompt``-token
+  prompt at each batch size, end to end (prefill, every step, the token ids
+  read back each step): tokens per second over the batch;
+- prefill: one forward of ``prefill`` tokens into an empty cache: ms per token.
+
+The bandwidth limit of batch-1 decode is the weight bytes over the device's
+copy rate (each step reads every weight once); it is reported beside the
+figures. transformers runs the same checkpoint (eager generate, dynamic cache,
+sdpa attention); with ``compile=True`` also with a static cache and
+torch.compile.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import statistics
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import pygpukit as gp
+
+from .generate import GenerationConfig, generate_ids
+from .model import load
+from .safetensors import Checkpoint, save_file
+
+__all__ = ["SHAPES", "main", "measure", "random_checkpoint"]
+
+# config.json of the issue's reference shapes (Qwen2-0.5B and TinyLlama-1.1B), as transformers writes them
+SHAPES: dict[str, dict[str, Any]] = {
+    "qwen2-0.5b": {
+        "model_type": "qwen2", "architectures": ["Qwen2ForCausalLM"], "hidden_size": 896, "intermediate_size": 4864,
+        "num_hidden_layers": 24, "num_attention_heads": 14, "num_key_value_heads": 2, "vocab_size": 151936,
+        "max_position_embeddings": 32768, "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "tie_word_embeddings": True,
+        "hidden_act": "silu", "bos_token_id": 151643, "eos_token_id": 151643, "use_sliding_window": False,
+    },
+    "llama-1.1b": {
+        "model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 2048, "intermediate_size": 5632,
+        "num_hidden_layers": 22, "num_attention_heads": 32, "num_key_value_heads": 4, "vocab_size": 32000,
+        "max_position_embeddings": 4096, "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "tie_word_embeddings": False,
+        "hidden_act": "silu", "bos_token_id": 1, "eos_token_id": 2, "attention_bias": False, "mlp_bias": False,
+    },
+    "tiny-llama": {  # for the CPU backend
+        "model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 128, "intermediate_size": 256,
+        "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1, "vocab_size": 512,
+        "max_position_embeddings": 512, "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "tie_word_embeddings": False,
+        "hidden_act": "silu", "bos_token_id": 1, "eos_token_id": 2,
+    },
+}  # fmt: skip
+
+
+def _tensor_shapes(cfg: dict[str, Any]) -> dict[str, tuple[int, ...]]:
+    h, i, v = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"]
+    heads, kv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    d = cfg.get("head_dim") or h // heads
+    shapes: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (v, h), "model.norm.weight": (h,)}
+    if not cfg["tie_word_embeddings"]:
+        shapes["lm_head.weight"] = (v, h)
+    for n in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{n}."
+        shapes |= {p + "input_layernorm.weight": (h,), p + "post_attention_layernorm.weight": (h,)}
+        shapes |= {p + "self_attn.q_proj.weight": (heads * d, h), p + "self_attn.k_proj.weight": (kv * d, h)}
+        shapes |= {p + "self_attn.v_proj.weight": (kv * d, h), p + "self_attn.o_proj.weight": (h, heads * d)}
+        if cfg["model_type"] == "qwen2":
+            shapes |= {p + f"self_attn.{x}_proj.bias": (n_ * d,) for x, n_ in (("q", heads), ("k", kv), ("v", kv))}
+        shapes |= {p + "mlp.gate_proj.weight": (i, h), p + "mlp.up_proj.weight": (i, h), p + "mlp.down_proj.weight": (h, i)}
+    return shapes
+
+
+def random_checkpoint(directory: str | os.PathLike[str], shape: str, seed: int = 0, std: float = 0.02) -> Path:
+    """A bfloat16 checkpoint of ``shape`` (a key of SHAPES) with random weights
+    (N(0, std); norms 1), written as config.json + model.safetensors."""
+    if shape not in SHAPES:
+        raise ValueError(f"shape must be one of {', '.join(SHAPES)}, got {shape!r}")
+    cfg = dict(SHAPES[shape], torch_dtype="bfloat16")
+    out = Path(directory)
+    out.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    tensors = {}
+    for name, shp in _tensor_shapes(cfg).items():
+        if name.endswith("norm.weight"):
+            tensors[name] = np.ones(shp, gp.bfloat16)
+        else:
+            tensors[name] = (rng.standard_normal(shp, dtype=np.float32) * std).astype(gp.bfloat16)
+    save_file(tensors, out / "model.safetensors", {"format": "pt"})
+    (out / "config.json").write_text(json.dumps(cfg, indent=2))
+    return out
+
+
+def copy_rate_gbs() -> float | None:
+    """Device-to-device copy rate (GB/s, read + write) of a 1 GiB buffer; None on the CPU."""
+    if gp.backend() != "cuda":
+        return None
+    a = gp.empty((1 << 28,), gp.float32)
+    b = gp.empty_like(a)
+    times = []
+    for _ in range(6):
+        start, end = gp.Event(timing=True), gp.Event(timing=True)
+        start.record()
+        b[...] = a
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return 2 * a.nbytes / statistics.median(times[1:]) / 1e6
+
+
+def _read_files(directory: Path) -> None:
+    for f in directory.glob("*.safetensors"):
+        with open(f, "rb") as fh:
+            while fh.read(64 << 20):
+                pass
+
+
+def _time(run: Callable[[], Any], reps: int) -> float:
+    times = []
+    for _ in range(reps):
+        gp.synchronize()
+        t0 = time.perf_counter()
+        run()
+        gp.synchronize()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def measure(
+    directory: str | os.PathLike[str], dtype: str = "bfloat16", batches: Sequence[int] = (1, 8), prompt: int = 16, new: int = 128,
+    prefill: int = 2048, reps: int = 3, cuda_graph: bool = True,
+) -> dict[str, Any]:  # fmt: skip
+    """pygpukit's figures for one checkpoint (see the module doc)."""
+    path = Path(directory)
+    _read_files(path)
+    t0 = time.perf_counter()
+    model = load(path, dtype, progress=False)
+    gp.synchronize()
+    out: dict[str, Any] = {"load_s": time.perf_counter() - t0}
+    ckpt = Checkpoint(path)  # the bytes each batch-1 step reads: every weight once, in the model's dtype
+    out["weight_bytes"] = sum(math.prod(ckpt.info(n).shape) for n in ckpt.keys()) * model.dtype.itemsize
+    rng = np.random.default_rng(0)
+    vocab = model.config.vocab_size
+    cfg = GenerationConfig(max_new_tokens=new, greedy=True, cuda_graph=cuda_graph)
+    for b in batches:
+        prompts = rng.integers(0, vocab, (b, prompt)).tolist()
+
+        def steps(prompts: list[list[int]] = prompts) -> int:
+            return sum(1 for _ in generate_ids(model, prompts, cfg))
+
+        steps()  # compiles the kernels, plans the launches
+        secs = _time(steps, reps)
+        out[f"decode_b{b}_tok_s"] = b * new / secs
+    if prefill:
+        ids = gp.from_numpy(rng.integers(0, vocab, (1, prefill)).astype(np.int32))
+
+        def run() -> None:
+            cache = model.new_cache(1, prefill)
+            model.logits(model.hidden_states(ids, None, cache, check_ids=False)[:, -1])
+
+        run()
+        out["prefill_ms_per_token"] = _time(run, reps) * 1e3 / prefill
+    return out
+
+
+def measure_transformers(
+    directory: str | os.PathLike[str], batches: Sequence[int] = (1, 8), prompt: int = 16, new: int = 128, prefill: int = 2048,
+    reps: int = 3, compile: bool = False,
+) -> dict[str, Any] | None:  # fmt: skip
+    """transformers' figures on the same checkpoint (bfloat16, sdpa), or None when it is not installed."""
+    try:
+        import torch
+        from transformers import AutoModelForCausalLM
+    except ImportError:
+        return None
+    if not torch.cuda.is_available():
+        return None
+    model = AutoModelForCausalLM.from_pretrained(str(directory), dtype=torch.bfloat16, attn_implementation="sdpa").cuda().eval()
+    try:
+        with torch.no_grad():
+            return _transformers_figures(torch, model, batches, prompt, new, prefill, reps, compile)
+    finally:
+        del model
+        torch.cuda.empty_cache()
+
+
+def _transformers_figures(torch: Any, model: Any, batches: Sequence[int], prompt: int, new: int, prefill: int, reps: int,
+                          compile: bool) -> dict[str, Any]:  # fmt: skip
+    rng = np.random.default_rng(0)
+    vocab = model.config.vocab_size
+    out: dict[str, Any] = {}
+
+    def timed(run: Callable[[], Any]) -> float:
+        run()
+        times = []
+        for _ in range(reps):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            run()
+            torch.cuda.synchronize()
+            times.append(time.perf_counter() - t0)
+        return statistics.median(times)
+
+    def generate(ids: Any) -> Any:
+        return model.generate(ids, max_new_tokens=new, min_new_tokens=new, do_sample=False, pad_token_id=0)
+
+    for b in batches:
+        ids = torch.from_numpy(rng.integers(0, vocab, (b, prompt))).cuda()
+        out[f"decode_b{b}_tok_s"] = b * new / timed(lambda ids=ids: generate(ids))
+    if prefill:
+        ids = torch.from_numpy(rng.integers(0, vocab, (1, prefill))).cuda()
+        out["prefill_ms_per_token"] = timed(lambda: model(ids, logits_to_keep=1)) * 1e3 / prefill
+    if compile:
+        model.generation_config.cache_implementation = "static"
+        model.forward = torch.compile(model.forward, mode="reduce-overhead", fullgraph=True)
+        for b in batches:
+            ids = torch.from_numpy(rng.integers(0, vocab, (b, prompt))).cuda()
+            out[f"compiled_decode_b{b}_tok_s"] = b * new / timed(lambda ids=ids: generate(ids))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``pygpukit bench-llm``."""
+    import argparse
+
+    p = argparse.ArgumentParser(prog="pygpukit bench-llm", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--model", help="a model directory (config.json, safetensors)")
+    src.add_argument("--shape", choices=sorted(SHAPES), help="a random-weight checkpoint of this shape, written to a temporary directory")
+    p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
+    p.add_argument("--batch", default="1,8", help="batch sizes, comma-separated (default 1,8)")
+    p.add_argument("--prompt", type=int, default=16, help="prompt tokens (default 16)")
+    p.add_argument("--new", type=int, default=128, help="new tokens (default 128)")
+    p.add_argument("--prefill", type=int, default=2048, help="prefill tokens (default 2048; 0 skips)")
+    p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--no-graph", action="store_true", help="decode eagerly instead of replaying a CUDA graph")
+    p.add_argument("--no-transformers", action="store_true", help="skip the transformers comparison")
+    p.add_argument("--compile", action="store_true", help="also run transformers with a static cache and torch.compile")
+    p.add_argument("--json", help="write the figures here")
+    args = p.parse_args(argv)
+    try:
+        batches = [int(b) for b in args.batch.split(",")]
+    except ValueError:
+        p.error(f"--batch must be comma-separated ints, got {args.batch!r}")
+    with tempfile.TemporaryDirectory() as tmp:
+        directory = Path(args.model) if args.model else random_checkpoint(Path(tmp) / args.shape, args.shape)
+        info = gp.info()
+        result: dict[str, Any] = {"model": str(args.model or args.shape), "device": info.device_name or "cpu", "dtype": args.dtype,
+                                  "batches": batches, "prompt": args.prompt, "new": args.new, "prefill": args.prefill}  # fmt: skip
+        result["pygpukit"] = measure(directory, args.dtype, batches, args.prompt, args.new, args.prefill, args.reps, not args.no_graph)
+        rate = copy_rate_gbs()
+        if rate:
+            result["copy_rate_gbs"] = rate
+            result["batch1_limit_tok_s"] = rate * 1e9 / result["pygpukit"]["weight_bytes"]
+        if not args.no_transformers:
+            result["transformers"] = measure_transformers(directory, batches, args.prompt, args.new, args.prefill, args.reps, args.compile)
+    print(json.dumps(result, indent=2))
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=2))
+    return 0

@@ -1,0 +1,101 @@
+"""Loading a model directory: names, shapes, dtypes and memory checked before
+allocation, with errors that name what is wrong; the checkpoint is never written."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+import pygpukit as gp
+import pygpukit_llm
+from pygpukit_llm import Checkpoint, ConfigError, LoadError
+from pygpukit_llm.bench import random_checkpoint
+from pygpukit_llm.safetensors import save_file
+
+
+@pytest.fixture
+def tiny(tmp_path):
+    return random_checkpoint(tmp_path / "m", "tiny-llama", seed=1)
+
+
+def _rewrite(path, change):
+    ckpt = Checkpoint(path)
+    tensors = {n: np.array(ckpt.numpy(n)) for n in ckpt.keys()}
+    del ckpt
+    change(tensors)
+    save_file(tensors, path / "model.safetensors")
+
+
+def test_load_builds_the_layers_and_keeps_the_file(tiny):
+    before = (tiny / "model.safetensors").read_bytes()
+    model = pygpukit_llm.load(tiny, "bfloat16")
+    cfg = model.config
+    assert model.num_layers == cfg.num_layers == 2 and model.dtype == gp.bfloat16
+    assert model.layers[0].attn.qkv.weight.shape == ((cfg.num_heads + 2 * cfg.num_kv_heads) * cfg.head_dim, cfg.hidden_size)
+    assert model.layers[1].mlp.up.weight.shape == (2 * cfg.intermediate_size, cfg.hidden_size)  # gate and up, fused
+    q = Checkpoint(tiny).numpy("model.layers.1.self_attn.q_proj.weight").astype(np.float32)
+    np.testing.assert_array_equal(model.layers[1].attn.qkv.weight[: q.shape[0]].astype(gp.float32).to_numpy(), q)
+    logits = model(gp.from_numpy(np.array([[1, 2, 3]], np.int32)))
+    assert logits.shape == (1, 3, cfg.vocab_size) and logits.dtype == gp.bfloat16
+    assert (tiny / "model.safetensors").read_bytes() == before
+
+
+def test_tied_embeddings_share_the_array(tmp_path):
+    path = random_checkpoint(tmp_path / "m", "tiny-llama")
+    cfg = json.loads((path / "config.json").read_text())
+    (path / "config.json").write_text(json.dumps(dict(cfg, tie_word_embeddings=True)))
+    _rewrite(path, lambda t: t.pop("lm_head.weight"))
+    model = pygpukit_llm.load(path, "float32")
+    assert model.lm_head.weight is model.embed.weight
+
+
+def test_missing_extra_and_misshapen_tensors(tiny):
+    _rewrite(tiny, lambda t: t.pop("model.layers.1.mlp.down_proj.weight"))
+    with pytest.raises(LoadError, match=r"down.weight \(layer 1\)"):
+        pygpukit_llm.load(tiny)
+    _rewrite(
+        tiny,
+        lambda t: t.update({"model.layers.1.mlp.down_proj.weight": np.zeros((128, 256), np.float32), "extra.w": np.ones(3, np.float32)}),
+    )
+    with pytest.raises(LoadError, match=r"not used by the llama architecture.*extra.w"):
+        pygpukit_llm.load(tiny)
+    _rewrite(tiny, lambda t: (t.pop("extra.w"), t.update({"model.layers.0.self_attn.o_proj.weight": np.zeros((128, 64), np.float32)})))
+    with pytest.raises(LoadError, match=r"layer 0 does not match config.json"):
+        pygpukit_llm.load(tiny)
+
+
+def test_bad_directories_and_options(tiny, tmp_path, monkeypatch):
+    with pytest.raises(FileNotFoundError, match=r"not a model directory"):
+        pygpukit_llm.load(tmp_path / "nowhere")
+    with pytest.raises(ValueError, match=r"dtype must be one of"):
+        pygpukit_llm.load(tiny, "int8")
+    cfg = json.loads((tiny / "config.json").read_text())
+    (tiny / "config.json").write_text(json.dumps(dict(cfg, model_type="mamba", architectures=["MambaForCausalLM"])))
+    with pytest.raises(ConfigError, match=r"MambaForCausalLM.*supported model types: gpt2, llama"):
+        pygpukit_llm.load(tiny)
+    (tiny / "config.json").write_text(json.dumps(cfg))
+    with open(tiny / "model.safetensors", "r+b") as f:
+        f.truncate(os.path.getsize(tiny / "model.safetensors") - 10)
+    with pytest.raises(LoadError, match=r"model.safetensors"):
+        pygpukit_llm.load(tiny)
+
+
+def test_memory_is_checked_before_allocating(tiny, monkeypatch):
+    import pygpukit_llm.model as model_mod
+
+    monkeypatch.setattr(model_mod, "_available_bytes", lambda: 1000)
+    before = gp.memory.stats()["allocated_bytes"]
+    with pytest.raises(LoadError, match=r"has only .* free; nothing was allocated"):
+        pygpukit_llm.load(tiny)
+    assert gp.memory.stats()["allocated_bytes"] == before
+
+
+def test_new_cache_respects_the_model_context(tiny):
+    model = pygpukit_llm.load(tiny, "float32")
+    with pytest.raises(ConfigError, match=r"longer than the model allows"):
+        model.new_cache(1, 100_000)
+    cache = model.new_cache(2, 64, paged=True)
+    assert cache.num_layers == 2 and cache.batch == 2
