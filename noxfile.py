@@ -32,6 +32,8 @@ nox.options.sessions = ["tests", "rust", "lint", "docs"]
 
 def _install_packages(session: nox.Session, *extra: str) -> None:
     session.install("./packages/pygpukit-core", *extra)
+    # runtime dependencies of the plugins (installed below with --no-deps): pygpukit-llm's tokenizer side
+    session.install("tokenizers>=0.19", "jinja2>=3.1")
     session.install(*[f"./packages/pygpukit-{p}" for p in PLUGINS], "--no-deps")
 
 

@@ -1,24 +1,37 @@
 """LLM inference for PyGPUkit from SafeTensors checkpoints.
 
 A separately installed plugin package of PyGPUkit; it depends on
-pygpukit-core only. So far: reading SafeTensors checkpoints (single or
-sharded, memory-mapped, validated) and config.json, and estimating a model's
-memory before loading it.
+pygpukit-core, tokenizers and jinja2. So far: reading SafeTensors checkpoints (single or
+sharded, memory-mapped, validated) and config.json, estimating a model's
+memory before loading it, and the text side: tokenizer.json with its special
+tokens and stop ids, chat templates, streaming detokenizing, stop strings and
+``<think>`` blocks.
 """
 
+from .chat import ChatTemplateError
 from .config import ARCHITECTURES, ConfigError, MemoryEstimate, ModelConfig, estimate
 from .safetensors import Checkpoint, SafetensorsError, SafeTensorsFile, TensorInfo
+from .streaming import StopStrings, StreamDecoder
+from .thinking import ThinkingStream, split_thinking
+from .tokenizer import Tokenizer, TokenizerError
 
 __version__ = "0.1.0"
 
 __all__ = [
     "ARCHITECTURES",
+    "ChatTemplateError",
     "Checkpoint",
     "ConfigError",
     "MemoryEstimate",
     "ModelConfig",
     "SafeTensorsFile",
     "SafetensorsError",
+    "StopStrings",
+    "StreamDecoder",
     "TensorInfo",
+    "ThinkingStream",
+    "Tokenizer",
+    "TokenizerError",
     "estimate",
+    "split_thinking",
 ]

@@ -1,0 +1,161 @@
+"""Text out of a token stream: incremental detokenizing that never splits a
+UTF-8 character, and stop strings matched across chunk boundaries.
+
+A generation loop::
+
+    stream = StreamDecoder(tok)
+    stops = StopStrings(["\\nUser:"])
+    for each new id:
+        if id in tok.stop_ids:
+            break
+        out = stops.feed(stream.push(id))
+        print(out, end="")
+        if stops.stopped:
+            break
+    else:
+        print(stops.feed(stream.flush()) + stops.flush(), end="")
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from .tokenizer import TokenizerError
+
+if TYPE_CHECKING:
+    from .tokenizer import Tokenizer
+
+__all__ = ["StopStrings", "StreamDecoder"]
+
+_BYTE_TOKEN = re.compile(r"<0x[0-9A-Fa-f]{2}>")
+
+
+def _uses_byte_fallback(tok: Tokenizer) -> bool:
+    model = tok.backend.model
+    return bool(getattr(model, "byte_fallback", False))
+
+
+class StreamDecoder:
+    """Decode one token id at a time; ``push`` returns only newly complete text.
+
+    The concatenation of everything ``push`` and ``flush`` return is exactly
+    ``tokenizer.decode(all ids, skip_special_tokens)``. Each step decodes a small
+    window, not the whole sequence (the prefix/read offsets of the incremental
+    detokenizers of text-generation-inference and vLLM): the window starts at
+    tokens already emitted, so a decoder that treats the first token specially
+    (Metaspace / SentencePiece strip the leading space of the first word) treats
+    both decodes alike, and the text they differ by is the new text. Text that
+    ends in U+FFFD is held back: a multi-byte character is incomplete (byte-level
+    BPE or ``<0xNN>`` byte tokens). A byte-fallback tokenizer's run of ``<0xNN>``
+    tokens is held until it ends, because its decoder turns a whole run into
+    U+FFFDs when any byte in it is invalid.
+    """
+
+    def __init__(self, tokenizer: Tokenizer, skip_special_tokens: bool = True) -> None:
+        self.tokenizer = tokenizer
+        self.skip_special_tokens = skip_special_tokens
+        self._ids: list[int] = []
+        self._prefix = 0  # start of the window: tokens already emitted, decoded again for context
+        self._read = 0  # tokens before this are emitted
+        self._byte_ids = self._byte_token_ids(tokenizer) if _uses_byte_fallback(tokenizer) else frozenset()
+        self._in_byte_run = False
+
+    @staticmethod
+    def _byte_token_ids(tok: Tokenizer) -> frozenset[int]:
+        return frozenset(i for t, i in tok.backend.get_vocab(with_added_tokens=False).items() if _BYTE_TOKEN.fullmatch(t))
+
+    def _decode(self, start: int, stop: int | None = None) -> str:
+        return self.tokenizer.backend.decode(self._ids[start:stop], skip_special_tokens=self.skip_special_tokens)
+
+    def push(self, token_id: int) -> str:
+        """Add one generated id; return the text it completes ("" while a character is incomplete)."""
+        if not isinstance(token_id, int) or not 0 <= token_id < self.tokenizer.vocab_size:
+            raise TokenizerError(f"token id {token_id!r} is outside the vocabulary (size {self.tokenizer.vocab_size})")
+        self._ids.append(token_id)
+        if token_id in self._byte_ids:
+            self._in_byte_run = True
+        elif not (self.skip_special_tokens and token_id in self.tokenizer.special_ids):
+            self._in_byte_run = False
+        if self._in_byte_run:
+            return ""
+        return self._advance()
+
+    def _advance(self) -> str:
+        before = self._decode(self._prefix, self._read)
+        text = self._decode(self._prefix)
+        if len(text) <= len(before) or text.endswith("\ufffd"):
+            return ""
+        self._prefix, self._read = self._read, len(self._ids)
+        return text[len(before) :]
+
+    def flush(self) -> str:
+        """The text still held back at the end of generation (an incomplete character
+        comes out as U+FFFD, as a whole decode writes it)."""
+        before = self._decode(self._prefix, self._read)
+        text = self._decode(self._prefix)
+        self._prefix = self._read = len(self._ids)
+        self._in_byte_run = False
+        return text[len(before) :]
+
+    @property
+    def ids(self) -> list[int]:
+        """Every id pushed so far."""
+        return list(self._ids)
+
+
+class StopStrings:
+    """Find stop strings in streamed text.
+
+    ``feed(chunk)`` returns the text that is safe to show now: it holds back the
+    longest tail that could still become a stop string. When a stop string
+    completes, ``feed`` returns the text before it, ``stopped`` becomes True and
+    ``matched`` names the stop string; the stop string and anything after it are
+    dropped. ``flush()`` returns the held-back tail at the end of generation.
+    The earliest occurrence wins; of two starting at the same place, the longer.
+    """
+
+    def __init__(self, stops: Iterable[str]) -> None:
+        if isinstance(stops, str):
+            raise TokenizerError("stops must be a list of strings, not one string")
+        self.stops = sorted(set(stops), key=len, reverse=True)
+        if not all(isinstance(s, str) and s for s in self.stops):
+            raise TokenizerError(f"stop strings must be non-empty strings, got {list(stops)!r}")
+        self._held = ""
+        self.stopped = False
+        self.matched: str | None = None
+
+    def feed(self, chunk: str) -> str:
+        if not isinstance(chunk, str):
+            raise TokenizerError(f"chunk must be a str, got {type(chunk).__name__}")
+        if self.stopped:
+            return ""
+        # a stop string that crosses the boundary starts inside the held tail
+        text = self._held + chunk
+        best = -1
+        for s in self.stops:  # longest first: a tie keeps the longer one
+            at = text.find(s)
+            if at >= 0 and (best < 0 or at < best):
+                best, self.matched = at, s
+        if best >= 0:
+            self.stopped, self._held = True, ""
+            return text[:best]
+        keep = self._partial_tail(text)
+        self._held = text[len(text) - keep :] if keep else ""
+        return text[: len(text) - keep]
+
+    def _partial_tail(self, text: str) -> int:
+        """Length of the longest tail of ``text`` that is a proper prefix of some stop string."""
+        longest = 0
+        for s in self.stops:
+            for n in range(min(len(s) - 1, len(text)), longest, -1):
+                if text.endswith(s[:n]):
+                    longest = n
+                    break
+        return longest
+
+    def flush(self) -> str:
+        """Held-back text at the end of generation (nothing once a stop string matched)."""
+        out, self._held = ("" if self.stopped else self._held), ""
+        return out
