@@ -62,6 +62,24 @@ def test_special_tokens_in_text_and_skipping(tmp_path, jsons):
     assert tok.id_to_token(start) == "<|im_start|>"
 
 
+def test_padding_and_truncation_of_tokenizer_json_are_off(tmp_path, jsons):
+    data = json.loads(jsons["byte_level"])
+    data["padding"] = {
+        "strategy": {"Fixed": 64},
+        "direction": "Right",
+        "pad_to_multiple_of": None,
+        "pad_id": 0,
+        "pad_type_id": 0,
+        "pad_token": "<|endoftext|>",
+    }
+    data["truncation"] = {"direction": "Right", "max_length": 3, "strategy": "LongestFirst", "stride": 0}
+    tok = Tokenizer.load(model_dir(tmp_path / "p", json.dumps(data), tokenizer_config={"eos_token": "<|endoftext|>"}))
+    text = "the quick brown fox jumps over the lazy dog"
+    ids = tok.encode(text)
+    assert 3 < len(ids) < 64 and tok.decode(ids) == text
+    assert [len(x) for x in tok.encode_batch([text, "a"])] == [len(ids), 1]
+
+
 def test_bad_input_raises(tmp_path, jsons):
     tok = load(tmp_path, jsons, "byte_level")
     with pytest.raises(TokenizerError, match="must be a str"):
@@ -149,7 +167,7 @@ def test_load_errors(tmp_path, jsons):
     with pytest.raises(TokenizerError, match="not a directory"):
         Tokenizer.load(tmp_path / "nowhere")
     (tmp_path / "empty").mkdir()
-    with pytest.raises(TokenizerError, match="tokenizer.json is missing"):
+    with pytest.raises(TokenizerError, match=r"tokenizer\.json is missing"):
         Tokenizer.load(tmp_path / "empty")
     bad = model_dir(tmp_path / "corrupt", '{"version": "1.0", "model": {"type": "BPE", "vocab": ')
     with pytest.raises(TokenizerError, match="cannot read") as info:
@@ -157,7 +175,7 @@ def test_load_errors(tmp_path, jsons):
     assert isinstance(info.value, gp.PyGPUkitError) and isinstance(info.value, ValueError)
     d = model_dir(tmp_path / "cfg", jsons["byte_level"])
     (d / "tokenizer_config.json").write_text("{not json")
-    with pytest.raises(TokenizerError, match="tokenizer_config.json: cannot read it as JSON"):
+    with pytest.raises(TokenizerError, match=r"tokenizer_config\.json: cannot read it as JSON"):
         Tokenizer.load(d)
     with pytest.raises(TokenizerError, match="'<bos>' is not in the vocabulary"):
         load(tmp_path / "v", jsons, "byte_level", tokenizer_config={"bos_token": "<bos>"})

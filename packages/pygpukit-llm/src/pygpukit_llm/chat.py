@@ -109,9 +109,7 @@ def find_chat_templates(directory: str | Path, tokenizer_config: dict[str, Any] 
     return found
 
 
-def select_template(
-    templates: dict[str, str], chat_template: str | None, tools: Any = None, directory: str | Path | None = None
-) -> str:
+def select_template(templates: dict[str, str], chat_template: str | None, tools: Any = None, directory: str | Path | None = None) -> str:
     """The template to render: ``chat_template`` by name or as a template string, else
     "tool_use" when tools are given and the model has one, else "default"."""
     if chat_template is not None:

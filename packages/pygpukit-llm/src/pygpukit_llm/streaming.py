@@ -61,6 +61,7 @@ class StreamDecoder:
         self._read = 0  # tokens before this are emitted
         self._byte_ids = self._byte_token_ids(tokenizer) if _uses_byte_fallback(tokenizer) else frozenset()
         self._in_byte_run = False
+        self._vocab_size = tokenizer.vocab_size
 
     @staticmethod
     def _byte_token_ids(tok: Tokenizer) -> frozenset[int]:
@@ -71,8 +72,8 @@ class StreamDecoder:
 
     def push(self, token_id: int) -> str:
         """Add one generated id; return the text it completes ("" while a character is incomplete)."""
-        if not isinstance(token_id, int) or not 0 <= token_id < self.tokenizer.vocab_size:
-            raise TokenizerError(f"token id {token_id!r} is outside the vocabulary (size {self.tokenizer.vocab_size})")
+        if not isinstance(token_id, int) or not 0 <= token_id < self._vocab_size:
+            raise TokenizerError(f"token id {token_id!r} is outside the vocabulary (size {self._vocab_size})")
         self._ids.append(token_id)
         if token_id in self._byte_ids:
             self._in_byte_run = True
@@ -113,7 +114,8 @@ class StopStrings:
     completes, ``feed`` returns the text before it, ``stopped`` becomes True and
     ``matched`` names the stop string; the stop string and anything after it are
     dropped. ``flush()`` returns the held-back tail at the end of generation.
-    The earliest occurrence wins; of two starting at the same place, the longer.
+    The stop string that completes first wins (of two ending at the same place,
+    the longer), so the result does not depend on how the text was chunked.
     """
 
     def __init__(self, stops: Iterable[str]) -> None:
@@ -133,14 +135,14 @@ class StopStrings:
             return ""
         # a stop string that crosses the boundary starts inside the held tail
         text = self._held + chunk
-        best = -1
+        best_end, start = -1, 0
         for s in self.stops:  # longest first: a tie keeps the longer one
             at = text.find(s)
-            if at >= 0 and (best < 0 or at < best):
-                best, self.matched = at, s
-        if best >= 0:
+            if at >= 0 and (best_end < 0 or at + len(s) < best_end):
+                best_end, start, self.matched = at + len(s), at, s
+        if best_end >= 0:
             self.stopped, self._held = True, ""
-            return text[:best]
+            return text[:start]
         keep = self._partial_tail(text)
         self._held = text[len(text) - keep :] if keep else ""
         return text[: len(text) - keep]

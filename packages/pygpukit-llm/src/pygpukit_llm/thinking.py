@@ -53,6 +53,7 @@ class ThinkingStream:
         # think: inside; reply_lead: after </think>, before the reply's text; reply
         self.state = "think_lead" if start_inside else "start"
         self._buf = ""
+        self._may_open = start_inside  # an opening tag repeated at the start of a block opened in the prompt
 
     def feed(self, chunk: str) -> list[tuple[str, str]]:
         self._buf += chunk
@@ -76,6 +77,13 @@ class ThinkingStream:
         if self.state in ("think_lead", "reply_lead"):
             body = buf.lstrip()
             self._buf = body
+            if self._may_open and body:
+                if body.startswith(self.open_tag):
+                    self._buf, self._may_open = body[len(self.open_tag) :], False
+                    return True
+                if self.open_tag.startswith(body):
+                    return False
+                self._may_open = False
             if body:
                 self.state = "think" if self.state == "think_lead" else "reply"
                 return True
@@ -105,6 +113,6 @@ class ThinkingStream:
         buf, self._buf = self._buf, ""
         if self.state in ("start", "reply") and buf:
             return [("reply", buf)]
-        if self.state == "think" and buf.strip():
+        if self.state in ("think_lead", "think") and buf.strip():
             return [("thinking", buf.rstrip())]
         return []

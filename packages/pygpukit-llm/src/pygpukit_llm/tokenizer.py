@@ -84,6 +84,9 @@ class Tokenizer:
         chat_templates: dict[str, str] | None = None,
         directory: str | os.PathLike[str] | None = None,
     ) -> None:
+        # as transformers does per call: a tokenizer.json may carry padding or truncation settings
+        backend.no_padding()
+        backend.no_truncation()
         self.backend = backend
         self.directory = None if directory is None else Path(directory)
         self.config = dict(tokenizer_config or {})
