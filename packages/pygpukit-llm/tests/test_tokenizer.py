@@ -11,7 +11,7 @@ import pytest
 from tokenizer_testing import byte_fallback_json, byte_level_json, corpus, model_dir, random_text
 
 import pygpukit as gp
-from pygpukit_llm import StreamDecoder, Tokenizer, TokenizerError
+from pygpukit_llm import StopStrings, StreamDecoder, ThinkingStream, Tokenizer, TokenizerError, split_thinking
 
 FAMILIES = ["byte_level", "metaspace", "legacy"]
 
@@ -260,6 +260,43 @@ def test_stream_decodes_a_bounded_window(tmp_path, jsons):
     assert out == tok.decode(ids)
     assert max(lengths) <= 12  # a few tokens, not the whole sequence
     assert stream.ids == ids
+
+
+def generation_loop(tok, ids, stop_strings):
+    """ids -> StreamDecoder -> StopStrings -> ThinkingStream, as a generation loop chains them."""
+    stream, stops, think = StreamDecoder(tok), StopStrings(stop_strings), ThinkingStream()
+    routed = {"thinking": "", "reply": ""}
+    chunks = []
+    for i in ids:
+        if i in tok.stop_ids:
+            break
+        chunks.append(stops.feed(stream.push(i)))
+        if stops.stopped:
+            break
+    if not stops.stopped:
+        chunks.append(stops.feed(stream.flush()) + stops.flush())
+    for chunk in chunks:
+        for channel, piece in think.feed(chunk):
+            routed[channel] += piece
+    for channel, piece in think.flush():
+        routed[channel] += piece
+    return routed["thinking"], routed["reply"], stops.matched
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_generation_loop_pattern(tmp_path, jsons, family):
+    tok = load(tmp_path, jsons, family)
+    rng = random.Random(8)
+    for _ in range(20):
+        thought, reply, tail = (random_text(rng, 6).strip() for _ in range(3))
+        text = f"<think>\n{thought}\n</think>\n\n{reply}\nUser: {tail}"
+        ids = tok.encode(text, add_special_tokens=False)
+        shown = tok.decode(ids)
+        expected = split_thinking(shown[: shown.index("\nUser:")])
+        # stopped by a stop string
+        assert generation_loop(tok, [*ids, tok.eos_token_id], ["\nUser:", "\n\nUser:"]) == (*expected, "\nUser:")
+        # stopped by the EOS id: everything held back comes out
+        assert generation_loop(tok, [*ids, tok.eos_token_id, *ids], ["never"]) == (*split_thinking(shown), None)
 
 
 def test_stream_rejects_bad_ids(tmp_path, jsons):

@@ -8,11 +8,10 @@ A generation loop::
     for each new id:
         if id in tok.stop_ids:
             break
-        out = stops.feed(stream.push(id))
-        print(out, end="")
+        print(stops.feed(stream.push(id)), end="")
         if stops.stopped:
             break
-    else:
+    if not stops.stopped:  # what both still hold back
         print(stops.feed(stream.flush()) + stops.flush(), end="")
 """
 

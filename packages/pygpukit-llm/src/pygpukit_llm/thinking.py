@@ -5,8 +5,11 @@ The block is recognized only at the start of the output (after whitespace).
 Some templates open it in the prompt (the generation prompt ends with
 ``<think>\\n``); then the output starts inside the block: pass
 ``start_inside=True`` (``split_thinking`` also notices a ``</think>`` without
-an opening tag). The thinking text is stripped of surrounding whitespace, the
-reply of the whitespace after ``</think>``. An unclosed block is all thinking.
+an opening tag; an opening tag the model repeats anyway is dropped). The
+thinking text is stripped of surrounding whitespace, the reply of the
+whitespace after ``</think>``. An unclosed block is all thinking.
+
+In a generation loop: ``start_inside = prompt.rstrip().endswith("<think>")``.
 """
 
 from __future__ import annotations
