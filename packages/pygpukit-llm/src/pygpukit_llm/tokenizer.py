@@ -96,8 +96,9 @@ class Tokenizer:
 
         # tokenizer_config.json wins over special_tokens_map.json, as in transformers
         def token(name: str) -> str | None:
-            value = self.config.get(name)
-            return _token_content(value if value is not None else stmap.get(name), f"{where}: {name}")
+            if self.config.get(name) is not None:
+                return _token_content(self.config[name], f"{where}: {name}")
+            return _token_content(stmap.get(name), f"special_tokens_map.json: {name}")
 
         self.bos_token, self.eos_token = token("bos_token"), token("eos_token")
         self.pad_token, self.unk_token = token("pad_token"), token("unk_token")
@@ -131,6 +132,7 @@ class Tokenizer:
 
         added = backend.get_added_tokens_decoder()
         self.special_ids: frozenset[int] = frozenset(i for i, t in added.items() if t.special)
+        self._id_limit = max(backend.get_vocab_size(with_added_tokens=True), max(added, default=-1) + 1)
 
     def _required_id(self, token: str | None, name: str, where: str) -> int | None:
         if token is None:
@@ -176,8 +178,10 @@ class Tokenizer:
 
     @property
     def vocab_size(self) -> int:
-        """Entries of the vocabulary, added tokens included (config.json's vocab_size may be larger)."""
-        return self.backend.get_vocab_size(with_added_tokens=True)
+        """One past the largest token id, added tokens included. config.json's vocab_size (the
+        model's logits) may be larger: ids in between decode to nothing, so a sampler should
+        mask ``logits[vocab_size:]``; ``decode`` and ``StreamDecoder.push`` reject them."""
+        return self._id_limit
 
     def token_to_id(self, token: str) -> int | None:
         return self.backend.token_to_id(token)
