@@ -169,6 +169,9 @@ def test_load_errors(tmp_path, jsons):
     (tmp_path / "empty").mkdir()
     with pytest.raises(TokenizerError, match=r"tokenizer\.json is missing"):
         Tokenizer.load(tmp_path / "empty")
+    (tmp_path / "empty" / "tokenizer.model").write_bytes(b"\x0a\x0b")
+    with pytest.raises(TokenizerError, match=r"tokenizer\.model \(SentencePiece\) alone is not read"):
+        Tokenizer.load(tmp_path / "empty")
     bad = model_dir(tmp_path / "corrupt", '{"version": "1.0", "model": {"type": "BPE", "vocab": ')
     with pytest.raises(TokenizerError, match="cannot read") as info:
         Tokenizer.load(bad)
@@ -306,6 +309,13 @@ def test_stream_rejects_bad_ids(tmp_path, jsons):
         stream.push(tok.vocab_size)
     with pytest.raises(TokenizerError):
         stream.push("5")
+
+
+def test_byte_token_ids(tmp_path, jsons):
+    assert load(tmp_path, jsons, "byte_level").byte_token_ids == frozenset()
+    tok = load(tmp_path, jsons, "legacy")
+    assert tok.byte_token_ids == frozenset(range(3, 259))
+    assert tok.id_to_token(3 + 0xE9) == "<0xE9>"
 
 
 def test_vocab_size_and_config_copy(tmp_path, jsons):

@@ -17,7 +17,6 @@ A generation loop::
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
@@ -27,13 +26,6 @@ if TYPE_CHECKING:
     from .tokenizer import Tokenizer
 
 __all__ = ["StopStrings", "StreamDecoder"]
-
-_BYTE_TOKEN = re.compile(r"<0x[0-9A-Fa-f]{2}>")
-
-
-def _uses_byte_fallback(tok: Tokenizer) -> bool:
-    model = tok.backend.model
-    return bool(getattr(model, "byte_fallback", False))
 
 
 class StreamDecoder:
@@ -58,13 +50,9 @@ class StreamDecoder:
         self._ids: list[int] = []
         self._prefix = 0  # start of the window: tokens already emitted, decoded again for context
         self._read = 0  # tokens before this are emitted
-        self._byte_ids = self._byte_token_ids(tokenizer) if _uses_byte_fallback(tokenizer) else frozenset()
+        self._byte_ids = tokenizer.byte_token_ids
         self._in_byte_run = False
         self._vocab_size = tokenizer.vocab_size
-
-    @staticmethod
-    def _byte_token_ids(tok: Tokenizer) -> frozenset[int]:
-        return frozenset(i for t, i in tok.backend.get_vocab(with_added_tokens=False).items() if _BYTE_TOKEN.fullmatch(t))
 
     def _decode(self, start: int, stop: int | None = None) -> str:
         return self.tokenizer.backend.decode(self._ids[start:stop], skip_special_tokens=self.skip_special_tokens)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,8 @@ import tokenizers
 import pygpukit as gp
 
 __all__ = ["Tokenizer", "TokenizerError"]
+
+_BYTE_TOKEN = re.compile(r"<0x[0-9A-Fa-f]{2}>")
 
 
 class TokenizerError(gp.PyGPUkitError, ValueError):
@@ -133,6 +136,10 @@ class Tokenizer:
         added = backend.get_added_tokens_decoder()
         self.special_ids: frozenset[int] = frozenset(i for i, t in added.items() if t.special)
         self._id_limit = max(backend.get_vocab_size(with_added_tokens=True), max(added, default=-1) + 1)
+        # SentencePiece-style models spell unknown characters as <0xNN> byte tokens
+        byte_fallback = bool(getattr(backend.model, "byte_fallback", False))
+        vocab = backend.get_vocab(with_added_tokens=False) if byte_fallback else {}
+        self.byte_token_ids: frozenset[int] = frozenset(i for t, i in vocab.items() if _BYTE_TOKEN.fullmatch(t))
 
     def _required_id(self, token: str | None, name: str, where: str) -> int | None:
         if token is None:
@@ -152,7 +159,10 @@ class Tokenizer:
             raise TokenizerError(f"{d} is not a directory")
         path = d / "tokenizer.json"
         if not path.is_file():
-            raise TokenizerError(f"{path} is missing: a model directory needs tokenizer.json (the 'fast' tokenizer format)")
+            hint = ""
+            if (d / "tokenizer.model").is_file():
+                hint = "; tokenizer.model (SentencePiece) alone is not read: transformers writes tokenizer.json with AutoTokenizer.from_pretrained(dir).save_pretrained(dir)"
+            raise TokenizerError(f"{path} is missing: a model directory needs tokenizer.json (the 'fast' tokenizer format){hint}")
         try:
             backend = tokenizers.Tokenizer.from_file(str(path))
         except Exception as exc:  # the Rust library raises plain Exception
