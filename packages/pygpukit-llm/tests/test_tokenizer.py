@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import random
 
+import numpy as np
 import pytest
 from tokenizer_testing import byte_fallback_json, byte_level_json, corpus, model_dir, random_text
 
@@ -239,6 +240,8 @@ def test_stream_tokens_one_at_a_time_keep_leading_spaces(tmp_path, jsons):
         pieces = [stream.push(i) for i in ids]
         assert "".join(pieces) + stream.flush() == "hello world  the fox"
         assert any(p.startswith(" ") for p in pieces[1:])  # a later word keeps its space
+        # after a flush the stream starts a new text
+        assert "".join(stream.push(i) for i in ids) + stream.flush() == "hello world  the fox"
 
 
 def test_stream_decodes_a_bounded_window(tmp_path, jsons):
@@ -307,8 +310,15 @@ def test_stream_rejects_bad_ids(tmp_path, jsons):
     stream = StreamDecoder(tok)
     with pytest.raises(TokenizerError):
         stream.push(tok.vocab_size)
-    with pytest.raises(TokenizerError):
+    with pytest.raises(TokenizerError, match="must be an integer"):
         stream.push("5")
+    with pytest.raises(TokenizerError, match="must be an integer"):
+        stream.push(5.0)
+    ids = tok.encode("naïve 日本語", add_special_tokens=False)
+    assert "".join(stream.push(np.int64(i)) for i in ids) + stream.flush() == "naïve 日本語"  # a sampler's NumPy ints
+    assert tok.decode(np.array(ids, dtype=np.int32)) == "naïve 日本語"
+    with pytest.raises(TokenizerError, match="must be integers"):
+        tok.decode([1.0])
 
 
 def test_byte_token_ids(tmp_path, jsons):

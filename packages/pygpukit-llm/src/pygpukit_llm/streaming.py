@@ -17,6 +17,7 @@ A generation loop::
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
@@ -58,9 +59,14 @@ class StreamDecoder:
         return self.tokenizer.backend.decode(self._ids[start:stop], skip_special_tokens=self.skip_special_tokens)
 
     def push(self, token_id: int) -> str:
-        """Add one generated id; return the text it completes ("" while a character is incomplete)."""
-        if not isinstance(token_id, int) or not 0 <= token_id < self._vocab_size:
-            raise TokenizerError(f"token id {token_id!r} is outside the vocabulary (size {self._vocab_size})")
+        """Add one generated id (an int or a NumPy integer); return the text it completes
+        ("" while a character is incomplete)."""
+        try:
+            token_id = operator.index(token_id)
+        except TypeError:
+            raise TokenizerError(f"token id must be an integer, got {type(token_id).__name__}") from None
+        if not 0 <= token_id < self._vocab_size:
+            raise TokenizerError(f"token id {token_id} is outside the vocabulary (size {self._vocab_size})")
         self._ids.append(token_id)
         if token_id in self._byte_ids:
             self._in_byte_run = True
@@ -80,7 +86,8 @@ class StreamDecoder:
 
     def flush(self) -> str:
         """The text still held back at the end of generation (an incomplete character
-        comes out as U+FFFD, as a whole decode writes it)."""
+        comes out as U+FFFD, as a whole decode writes it). Ids pushed after a flush
+        start a new text, decoded as if they came first."""
         before = self._decode(self._prefix, self._read)
         text = self._decode(self._prefix)
         self._prefix = self._read = len(self._ids)

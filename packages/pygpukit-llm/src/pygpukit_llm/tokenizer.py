@@ -21,6 +21,7 @@ EOS where the tokenizer adds one (``add_eos_token``).
 from __future__ import annotations
 
 import json
+import operator
 import os
 import re
 from collections.abc import Sequence
@@ -236,7 +237,10 @@ class Tokenizer:
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
         """Text of ``ids`` as tokenizer.json's decoder writes it (no clean_up_tokenization_spaces:
         it would make a streamed text differ from the whole one). Ids outside the vocabulary raise."""
-        ids = [int(i) for i in ids]
+        try:
+            ids = [operator.index(i) for i in ids]
+        except TypeError:
+            raise TokenizerError("token ids must be integers") from None
         n = self.vocab_size
         bad = [i for i in ids if not 0 <= i < n]
         if bad:
