@@ -159,6 +159,12 @@ def test_template_files_in_the_directory(tmp_path, tok_json):
         tmp_path / "p", tok_json, tokenizer_config={"chat_template": None}, chat_template={"chat_template": "P:{{ messages | length }}"}
     )
     assert proc.apply_chat_template([{"role": "user", "content": "z"}]) == "P:1"
+    extra = tmp_path / "qwen" / "additional_chat_templates"
+    extra.mkdir()
+    (extra / "rag.jinja").write_text("RAG:{{ documents | length }}", encoding="utf-8")
+    again = Tokenizer.load(tmp_path / "qwen")
+    assert sorted(again.chat_templates) == ["default", "rag"]
+    assert again.apply_chat_template([{"role": "user", "content": "z"}], chat_template="rag", documents=[{}, {}]) == "RAG:2"
 
 
 def test_missing_template_names_the_directory(tmp_path, tok_json):

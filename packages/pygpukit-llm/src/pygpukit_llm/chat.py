@@ -26,7 +26,7 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from .tokenizer import TokenizerError, _read_json
 
-__all__ = ["ChatTemplateError", "find_chat_templates", "render_chat_template", "select_template"]
+__all__ = ["ChatTemplateError", "check_messages", "find_chat_templates", "render_chat_template", "select_template"]
 
 
 class ChatTemplateError(TokenizerError):
