@@ -140,3 +140,21 @@ def test_thinking_streams_before_the_block_closes():
     opened = ThinkingStream(start_inside=True)
     assert opened.feed("\nhmm") == [("thinking", "hmm")]
     assert opened.feed("</think>ok") == [("reply", "ok")]
+
+
+def test_thinking_input_validated():
+    with pytest.raises(TokenizerError, match="text must be a str"):
+        split_thinking(b"<think>")
+    with pytest.raises(TokenizerError, match="chunk must be a str"):
+        ThinkingStream().feed(None)
+    with pytest.raises(TokenizerError, match="non-empty strings"):
+        ThinkingStream(open_tag="")
+
+
+def test_other_tags():
+    tags = {"open_tag": "<reasoning>", "close_tag": "</reasoning>"}
+    text = "<reasoning> a <think> b </reasoning>\nreply"
+    assert split_thinking(text, **tags) == ("a <think> b", "reply")
+    s = ThinkingStream(**tags)
+    got = [p for c in ("<reas", "oning> a <think> b </reas", "oning>\nreply") for p in s.feed(c)] + s.flush()
+    assert got == [("thinking", "a <think> b"), ("reply", "reply")]

@@ -14,6 +14,8 @@ In a generation loop: ``start_inside = prompt.rstrip().endswith("<think>")``.
 
 from __future__ import annotations
 
+from .tokenizer import TokenizerError
+
 __all__ = ["ThinkingStream", "split_thinking"]
 
 OPEN, CLOSE = "<think>", "</think>"
@@ -21,6 +23,8 @@ OPEN, CLOSE = "<think>", "</think>"
 
 def split_thinking(text: str, start_inside: bool = False, open_tag: str = OPEN, close_tag: str = CLOSE) -> tuple[str, str]:
     """``(thinking, reply)`` of a whole output; ``thinking`` is "" when there is no block."""
+    _check_str(text, "text")
+    _check_tags(open_tag, close_tag)
     body = text.lstrip()
     if body.startswith(open_tag):
         body = body[len(open_tag) :]
@@ -30,6 +34,16 @@ def split_thinking(text: str, start_inside: bool = False, open_tag: str = OPEN, 
         body = text
     thinking, found, reply = body.partition(close_tag)
     return thinking.strip(), reply.lstrip() if found else ""
+
+
+def _check_str(value: object, name: str) -> None:
+    if not isinstance(value, str):
+        raise TokenizerError(f"{name} must be a str, got {type(value).__name__}")
+
+
+def _check_tags(open_tag: object, close_tag: object) -> None:
+    if not (isinstance(open_tag, str) and open_tag and isinstance(close_tag, str) and close_tag):
+        raise TokenizerError(f"open_tag and close_tag must be non-empty strings, got {open_tag!r} and {close_tag!r}")
 
 
 def _partial_tail(text: str, tag: str) -> int:
@@ -51,6 +65,7 @@ class ThinkingStream:
     """
 
     def __init__(self, start_inside: bool = False, open_tag: str = OPEN, close_tag: str = CLOSE) -> None:
+        _check_tags(open_tag, close_tag)
         self.open_tag, self.close_tag = open_tag, close_tag
         # start: before any non-space text; think_lead: inside the block, before its text;
         # think: inside; reply_lead: after </think>, before the reply's text; reply
@@ -59,6 +74,7 @@ class ThinkingStream:
         self._may_open = start_inside  # an opening tag repeated at the start of a block opened in the prompt
 
     def feed(self, chunk: str) -> list[tuple[str, str]]:
+        _check_str(chunk, "chunk")
         self._buf += chunk
         out: list[tuple[str, str]] = []
         while self._step(out):
