@@ -15,7 +15,10 @@ what ``apply_chat_template(tokenize=True)`` does, as in transformers): the
 templates write the BOS token themselves, and EOS must not follow a
 generation prompt. ``encode(prompt)`` with the default
 ``add_special_tokens=True`` still never doubles the BOS token, but it appends
-EOS where the tokenizer adds one (``add_eos_token``).
+EOS where the tokenizer adds one (``add_eos_token``). A plain prompt for a base
+model (no template) is ``tok.encode(text)``: BOS is added where the model wants
+one. Ids at or above ``tok.vocab_size`` (the padded rows of a model's
+embedding) decode to nothing; mask those logits before sampling.
 """
 
 from __future__ import annotations
