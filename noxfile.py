@@ -32,6 +32,8 @@ nox.options.sessions = ["tests", "rust", "lint", "docs"]
 
 def _install_packages(session: nox.Session, *extra: str) -> None:
     session.install("./packages/pygpukit-core", *extra)
+    # runtime dependencies of the plugins (installed below with --no-deps): pygpukit-llm's tokenizer side
+    session.install("tokenizers>=0.19", "jinja2>=3.1")
     session.install(*[f"./packages/pygpukit-{p}" for p in PLUGINS], "--no-deps")
 
 
@@ -39,7 +41,7 @@ def _install_packages(session: nox.Session, *extra: str) -> None:
 def tests(session: nox.Session) -> None:
     """All Python tests on the CPU backend, against the installed wheels (not the source tree)."""
     _install_packages(session)
-    session.install("pytest>=8", "hypothesis>=6")
+    session.install("pytest>=8", "hypothesis>=6", "transformers>=4.45")  # transformers: the reference of the tokenizer tests
     env = {"PYGPUKIT_CACHE_DIR": str(ROOT / ".nox" / "kernel-cache")}
     session.run("pytest", "-q", *TEST_DIRS, f"--ignore={EXAMPLE_PLUGIN_TESTS}", *session.posargs, env=env)
     # a third-party plugin, built and installed now: discovery, listing, routing, disabling
