@@ -5,7 +5,8 @@ the loader against (importable: tests/ is on pytest's path).
 transformers 5 writes for a small random model: ``config.json`` (the same keys
 and values; ``config_format="v4"`` writes the 4.x form still found on the Hub:
 ``torch_dtype``, ``rope_theta`` and ``rope_scaling`` instead of ``dtype`` and
-``rope_parameters``), ``generation_config.json``, and ``model.safetensors`` or
+``rope_parameters``, and no ``tie_word_embeddings`` where it was true by
+default, as for GPT-2 and Gemma-2), ``generation_config.json``, and ``model.safetensors`` or
 shards with ``model.safetensors.index.json``, with the architecture's tensor
 names and layouts (GPT-2's Conv1D weights are (in, out); Phi-3's fused
 ``qkv_proj`` and ``gate_up_proj``; Mixtral's per-expert ``w1/w2/w3``; no
@@ -169,6 +170,8 @@ def _finish_config(arch: str, cfg: dict[str, Any], overrides: dict[str, Any], co
     cfg.update(model_type=arch, architectures=[ARCHS[arch].architecture], transformers_version=TRANSFORMERS_VERSION)
     if config_format == "v4":
         cfg["torch_dtype"] = cfg.pop("dtype")
+        if cfg["tie_word_embeddings"] and ARCHS[arch].tie:
+            del cfg["tie_word_embeddings"]  # 4.x left out what equalled PretrainedConfig's default (True)
         if "rope_parameters" in cfg:
             rope = dict(cfg.pop("rope_parameters"))
             cfg["rope_theta"] = rope.pop("rope_theta")
@@ -366,6 +369,7 @@ def _normalized(cfg: dict[str, Any]) -> dict[str, Any]:
     ``rope_scaling``, defaults filled in as transformers fills them."""
     c = dict(cfg)
     a = ARCHS[c["model_type"]]
+    c.setdefault("tie_word_embeddings", a.tie)
     if a.gpt2:
         c.update(hidden_size=c["n_embd"], num_hidden_layers=c["n_layer"], num_attention_heads=c["n_head"])
         c.update(num_key_value_heads=c["n_head"], intermediate_size=c.get("n_inner") or 4 * c["n_embd"])
