@@ -124,7 +124,7 @@ def _config(
         cfg.update(attention_bias=False, head_dim=head_dim, mlp_bias=False, pretraining_tp=1)
     elif arch in ("qwen2", "qwen3"):
         windows = {"use_sliding_window": False, "sliding_window": None, "max_window_layers": 28}
-        cfg.update(windows, layer_types=["full_attention"] * layers, bos_token_id=vocab - 1, eos_token_id=vocab - 1)
+        cfg.update(windows, layer_types=None, bos_token_id=vocab - 1, eos_token_id=vocab - 1)  # layer_types: derived later
         cfg["rope_parameters"]["rope_theta"] = 1e6  # what Qwen checkpoints use
         if arch == "qwen3":  # Qwen3 states head_dim, and its checkpoints make it wider than hidden/heads
             cfg.update(attention_bias=False, head_dim=2 * head_dim)
@@ -144,7 +144,7 @@ def _config(
         cfg.update(
             attention_bias=False, attn_logit_softcapping=50.0, final_logit_softcapping=30.0, head_dim=head_dim,
             hidden_activation="gelu_pytorch_tanh", query_pre_attn_scalar=head_dim, sliding_window=8,
-            layer_types=["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(layers)],
+            layer_types=None,
             use_bidirectional_attention=None, pad_token_id=0, eos_token_id=1, bos_token_id=2,
         )  # fmt: skip
     cfg["dtype"] = dtype
@@ -152,13 +152,16 @@ def _config(
 
 
 def _finish_config(arch: str, cfg: dict[str, Any], overrides: dict[str, Any], config_format: str) -> dict[str, Any]:
-    """Apply overrides (``rope_theta`` and ``rope_scaling`` fold into
-    ``rope_parameters`` as transformers 5 does), then stamp the saved form."""
-    cfg = dict(cfg, **{k: v for k, v in overrides.items() if k not in ("rope_theta", "rope_scaling")})
+    """Apply overrides (``rope_theta``, ``partial_rotary_factor`` and
+    ``rope_scaling`` fold into ``rope_parameters`` as transformers 5 does),
+    derive ``layer_types``, then stamp the saved form."""
+    folded = ("rope_theta", "partial_rotary_factor", "rope_scaling")
+    cfg = dict(cfg, **{k: v for k, v in overrides.items() if k not in folded})
     if "rope_parameters" in cfg:
         rope = dict(cfg["rope_parameters"])
-        if "rope_theta" in overrides:
-            rope["rope_theta"] = float(overrides["rope_theta"])
+        for key in folded[:2]:
+            if key in overrides:
+                rope[key] = float(overrides[key])
         if overrides.get("rope_scaling"):
             rope.update(overrides["rope_scaling"])
             rope["factor"] = float(rope["factor"])  # transformers stores factors as floats

@@ -133,6 +133,25 @@ def test_llama3_rope_scaling(tmp_path, rng):
     assert v4["rope_scaling"] == LLAMA3 and v4["rope_theta"] == 5e5
 
 
+def test_partial_rotary_rotates_only_the_first_dims(tmp_path, rng):
+    """With a quarter of each head rotated, position reaches attention only
+    through dims 0..3 of 16: zero q/k there and the last query cannot tell
+    the earlier tokens' order; with those dims kept, it can."""
+    cfg = write_tiny_model(tmp_path, "phi3", partial_rotary_factor=0.25, layers=1)
+    assert cfg["rope_parameters"]["partial_rotary_factor"] == 0.25
+    ids = _ids(rng, 12)
+    perm = np.r_[ids[:-1][::-1], ids[-1]]
+    assert not np.array_equal(perm, ids)
+    sees_order = reference_logits(tmp_path, np.stack([ids, perm]))[:, -1]
+    assert np.abs(sees_order[0] - sees_order[1]).max() > 1e-6
+    tensors = {n: np.frombuffer(r, np.float32).reshape(s).copy() for n, (_, s, r) in _tensors(tmp_path).items()}
+    qkv = tensors["model.layers.0.self_attn.qkv_proj.weight"].reshape(-1, 16, 64)  # 4 q, 2 k, 2 v heads
+    qkv[:6, :4] = 0
+    save_file(tensors, tmp_path / "model.safetensors")
+    blind = reference_logits(tmp_path, np.stack([ids, perm]))[:, -1]
+    np.testing.assert_allclose(blind[1], blind[0], rtol=0, atol=1e-12)
+
+
 def test_bad_arguments(tmp_path):
     with pytest.raises(ValueError, match="unknown architecture"):
         write_tiny_model(tmp_path, "bert")
@@ -307,6 +326,8 @@ HF_CASES = [(arch, {}) for arch in ARCHS] + [
     ("mistral", {"sliding_window": None, "config_format": "v4"}),
     ("mixtral", {"experts": 5, "top_k": 1, "dtype": "float16"}),
     ("phi3", {"sliding_window": 5}),
+    ("phi3", {"partial_rotary_factor": 0.5, "config_format": "v4"}),  # Phi-4-mini is model_type phi3 with 0.75
+    ("phi3", {"partial_rotary_factor": 0.75}),
     ("gemma2", {"layers": 3, "sliding_window": 4}),
     ("gpt2", {"tie": False, "config_format": "v4"}),
 ]
