@@ -317,6 +317,7 @@ def write_tiny_model(
     top_k: int = 2,
     sharded: bool = False,
     config_format: str = "v5",
+    legacy_names: bool = False,
     **overrides: Any,
 ) -> dict[str, Any]:
     """Write a random ``arch`` model into ``directory`` as transformers 5's
@@ -328,7 +329,11 @@ def write_tiny_model(
     ``rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
     "high_freq_factor": 4.0, "original_max_position_embeddings": 64}``), and
     the weights follow them. ``config_format="v4"`` writes the transformers 4
-    form of the same config (see the module docstring)."""
+    form of the same config (see the module docstring). ``legacy_names``
+    (GPT-2 only) writes the tensors as openai-community/gpt2's checkpoint has
+    them: without the ``transformer.`` prefix, and with each layer's causal
+    mask buffer ``h.N.attn.bias`` (1, 1, n_positions, n_positions), which a
+    loader must ignore."""
     if arch not in ARCHS:
         raise ValueError(f"unknown architecture {arch!r}; known: {', '.join(ARCHS)}")
     if dtype not in _STORE_DTYPES:
@@ -339,6 +344,12 @@ def write_tiny_model(
     cfg = _config(arch, hidden, layers, heads, kv_heads, intermediate, vocab, max_positions, tie, dtype, experts, top_k)
     cfg = _finish_config(arch, cfg, overrides, config_format)
     tensors = _weights(arch, _normalized(cfg), np.random.default_rng(seed))
+    if legacy_names:
+        if arch != "gpt2":
+            raise ValueError(f"legacy_names applies to gpt2 only, not {arch!r}")
+        tensors = {n.removeprefix("transformer."): t for n, t in tensors.items()}
+        mask = np.tril(np.ones((max_positions, max_positions)))[None, None]
+        tensors.update({f"h.{i}.attn.bias": mask for i in range(cfg["n_layer"])})
     store = _STORE_DTYPES[dtype]
     _save(directory, {n: np.ascontiguousarray(t.astype(store)) for n, t in tensors.items()}, sharded)
     (directory / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")

@@ -81,6 +81,18 @@ def test_names_and_layouts(tmp_path):
     assert Checkpoint(tmp_path / "qwen3").info("model.layers.0.self_attn.k_norm.weight").shape == (32,)
 
 
+def test_gpt2_legacy_names(tmp_path, rng):
+    write_tiny_model(tmp_path / "new", "gpt2", seed=8)
+    write_tiny_model(tmp_path / "old", "gpt2", seed=8, legacy_names=True, layers=2)
+    old = Checkpoint(tmp_path / "old")
+    assert "h.1.attn.c_attn.weight" in old and "wte.weight" in old and not any(n.startswith("transformer.") for n in old)
+    assert old.info("h.0.attn.bias").shape == (1, 1, 256, 256)
+    ids = _ids(rng, (1, 9))
+    np.testing.assert_array_equal(reference_logits(tmp_path / "old", ids), reference_logits(tmp_path / "new", ids))
+    with pytest.raises(ValueError, match="gpt2 only"):
+        write_tiny_model(tmp_path / "x", "llama", legacy_names=True)
+
+
 def test_sharded_index_holds_the_same_model(tmp_path, rng):
     write_tiny_model(tmp_path / "one", "llama", seed=5)
     write_tiny_model(tmp_path / "many", "llama", seed=5, sharded=True)
@@ -330,6 +342,7 @@ HF_CASES = [(arch, {}) for arch in ARCHS] + [
     ("phi3", {"partial_rotary_factor": 0.75}),
     ("gemma2", {"layers": 3, "sliding_window": 4}),
     ("gpt2", {"tie": False, "config_format": "v4"}),
+    ("gpt2", {"legacy_names": True, "config_format": "v4"}),
 ]
 
 
@@ -363,4 +376,6 @@ def test_directory_is_what_save_pretrained_writes(tmp_path, hf, arch, overrides)
         gen = [json.loads((tmp_path / d / "generation_config.json").read_text()) for d in ("mine", "theirs")]
         assert gen[0] | {"transformers_version": None} == gen[1] | {"transformers_version": None}
     shapes = [{n: (s, c) for n, (c, s, _) in _tensors(tmp_path / d).items()} for d in ("mine", "theirs")]
+    if overrides.get("legacy_names"):  # the old checkpoint's names, which transformers 5 saves with the prefix
+        shapes[0] = {"transformer." + n: v for n, v in shapes[0].items() if not n.endswith(".attn.bias")}
     assert shapes[0] == shapes[1]
