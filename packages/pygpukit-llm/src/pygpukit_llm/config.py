@@ -125,7 +125,7 @@ class ModelConfig:
             intermediate_size=int(inter) if inter is not None else 4 * hidden,
             vocab_size=vocab,
             max_position_embeddings=int(_first(cfg, "max_position_embeddings", "n_positions", "n_ctx", default=2048)),
-            tie_word_embeddings=bool(cfg.get("tie_word_embeddings", mt == "gpt2")),
+            tie_word_embeddings=bool(cfg.get("tie_word_embeddings", mt in ("gpt2", "gemma2"))),
             num_experts=int(_first(cfg, "num_local_experts", "num_experts", default=0)),
             num_experts_per_tok=int(_first(cfg, "num_experts_per_tok", default=0)),
             sliding_window=int(sliding) if sliding is not None else None,
