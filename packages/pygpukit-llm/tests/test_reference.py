@@ -16,7 +16,7 @@ import safetensors
 from llm_testing import ARCHS, TRANSFORMERS_VERSION, mixtral_moe, reference_greedy, reference_logits, swiglu, write_tiny_model
 from safetensors.numpy import save_file
 
-from pygpukit_llm import Checkpoint, ModelConfig
+from pygpukit_llm import ARCHITECTURES, Checkpoint, ConfigError, ModelConfig
 
 LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 64}
 # the window each architecture's tiny model has, as ModelConfig reports it
@@ -42,6 +42,10 @@ def _tensors(directory):
 @pytest.mark.parametrize("arch", list(ARCHS))
 def test_directory_reads_back_through_pygpukit_llm(tmp_path, arch):
     cfg = write_tiny_model(tmp_path, arch, seed=3, layers=3, heads=4, kv_heads=2, experts=3, top_k=2)
+    if arch not in ARCHITECTURES:  # Gemma 2: a reference here, not (yet) loaded by pygpukit-llm
+        with pytest.raises(ConfigError, match="supported model types: gpt2"):
+            ModelConfig.load(tmp_path)
+        return
     mc = ModelConfig.load(tmp_path)
     assert mc.model_type == arch and cfg["model_type"] == arch and cfg["architectures"] == [ARCHS[arch].architecture]
     assert (mc.hidden_size, mc.num_layers, mc.num_heads, mc.vocab_size, mc.max_position_embeddings) == (64, 3, 4, 256, 256)
@@ -119,13 +123,13 @@ def test_stored_dtypes(tmp_path, rng, dtype, code, tol):
     assert 0 < err < tol  # the rounded weights, read exactly
 
 
-@pytest.mark.parametrize("arch", ["llama", "qwen2", "phi3", "gemma2"])
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "phi3"])
 def test_v4_config_describes_the_same_model(tmp_path, rng, arch):
     v4 = write_tiny_model(tmp_path / "v4", arch, config_format="v4", seed=4)
     v5 = write_tiny_model(tmp_path / "v5", arch, seed=4)
     assert "rope_parameters" not in v4 and v4["rope_theta"] == v5["rope_parameters"]["rope_theta"]
     assert v4["torch_dtype"] == "float32" and "dtype" not in v4 and v4["rope_scaling"] is None
-    assert ("tie_word_embeddings" in v4) == (arch != "gemma2")  # 4.x left out a tie equal to its default
+    assert "tie_word_embeddings" in v4
     assert replace(ModelConfig.load(tmp_path / "v4"), raw={}) == replace(ModelConfig.load(tmp_path / "v5"), raw={})
     ids = _ids(rng, (1, 10))
     np.testing.assert_array_equal(reference_logits(tmp_path / "v4", ids), reference_logits(tmp_path / "v5", ids))

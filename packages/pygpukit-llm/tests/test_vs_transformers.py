@@ -61,16 +61,24 @@ def _rel(a, b):
 
 @pytest.mark.parametrize("dtype,bound", [("float32", 1e-4), ("bfloat16", 1e-2)])
 def test_last_token_logits(checkpoint, dtype, bound):
+    """Against transformers in float32. In bfloat16 the bound is 1e-2 or 1.5x
+    transformers' own bfloat16 error, whichever is larger: on random weights
+    16 layers of bfloat16 rounding alone move the logits by a few percent."""
     arch, path, ref = checkpoint
     model = pygpukit_llm.load(path, dtype)
-    errs = []
+    low = None
+    if dtype == "bfloat16":
+        low = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16, attn_implementation="sdpa").cuda().eval()
+    errs, ref_errs = [], []
     for p in _prompts(ref.config.vocab_size):
         with torch.no_grad():
             want = ref(torch.tensor([p]).cuda()).logits[0, -1].double().cpu().numpy()
+            if low is not None:
+                ref_errs.append(_rel(low(torch.tensor([p]).cuda()).logits[0, -1].double().cpu().numpy(), want))
         got = model(gp.from_numpy(np.array([p], np.int32)))[0, -1].astype(gp.float64).to_numpy()
         errs.append(_rel(got, want))
-    print(f"{arch} {dtype}: last-token logits rel err {['%.2e' % e for e in errs]}")
-    assert max(errs) <= bound, (arch, dtype, errs)
+    print(f"{arch} {dtype}: last-token logits rel err {['%.2e' % e for e in errs]}, transformers {['%.2e' % e for e in ref_errs]}")
+    assert max(errs) <= max(bound, 1.5 * max(ref_errs, default=0.0)), (arch, dtype, errs, ref_errs)
 
 
 def test_greedy_64_tokens_match(checkpoint):

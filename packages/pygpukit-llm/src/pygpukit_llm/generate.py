@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 import pygpukit as gp
+from pygpukit import GraphCaptureError
 
 from .config import ConfigError
 
@@ -153,8 +154,13 @@ class _Decoder:
         if not self.use_graph:
             return self._step()
         if self.graph is None:
-            with self.cache.capturing(), gp.graph() as self.graph:
-                self.logits = self._step()
+            try:
+                with self.cache.capturing(), gp.graph() as graph:
+                    self.logits = self._step()
+            except GraphCaptureError:  # an op without a capturable implementation here (e.g. a float32 reference)
+                self.use_graph = False
+                return self._step()
+            self.graph = graph
         self.graph.replay()
         self.cache.advance(1)
         return self.logits

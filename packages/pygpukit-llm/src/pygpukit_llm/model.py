@@ -158,15 +158,16 @@ class _Weights:
                 alts = " or ".join("+".join(a) for a in self.spec.weights.get(logical, ()))
                 raise LoadError(f"the checkpoint has no {logical}{where} (looked for {alts.format(i=i, e=0)})")
             return None
-        parts = [gp.concatenate([self._tensor(n) for n in g], axis=0) if len(g) > 1 else self._tensor(g[0]) for g in groups]
+        t = logical in self.spec.transposed
+        parts = [gp.concatenate([self._tensor(n, t) for n in g], axis=0) if len(g) > 1 else self._tensor(g[0], t) for g in groups]
         return parts[0] if len(parts) == 1 else gp.stack(parts, axis=0)
 
-    def _tensor(self, name: str) -> gp.GPUArray:
+    def _tensor(self, name: str, transposed: bool = False) -> gp.GPUArray:
         info = self.ckpt.info(name)
         if np.dtype(info.dtype) not in _FLOATS:
             raise LoadError(f"tensor {name!r} is {info.dtype}; weights must be bfloat16, float16, float32 or float64")
         a = self.ckpt.to_device(name, self.dtype)
-        if self.spec.transposed and a.ndim == 2:
+        if transposed:
             a = gp.ascontiguousarray(a.T)
         self.used.add(name)
         self.progress(info.nbytes)

@@ -34,7 +34,7 @@ class ModelSpec:
     rotary: bool = True  # RoPE (NeoX layout) or learned absolute positions
     qk_norm: bool = False  # per-head RMSNorm of q and k before RoPE (Qwen3)
     moe: bool = False
-    transposed: bool = False  # linear weights stored (in, out) (GPT-2's Conv1D)
+    transposed: tuple[str, ...] = ()  # logical weights stored (in, out) (GPT-2's Conv1D), transposed on load
     # Prefixes tried in order for every name (GPT-2 checkpoints exist with and without "transformer.").
     prefixes: tuple[str, ...] = ("",)
     weights: Mapping[str, Sources] = field(default_factory=dict)
@@ -109,7 +109,7 @@ _GPT2 = {
 SPECS: dict[str, ModelSpec] = {
     "gpt2": ModelSpec(
         "gpt2", norm="layer", norm_eps_key="layer_norm_epsilon", activation="gelu_tanh", gated=False, rotary=False,
-        transposed=True, prefixes=("", "transformer."), weights=_GPT2, ignored_suffixes=("attn.bias", "attn.masked_bias"),
+        transposed=("qkv.weight", "o.weight", "up.weight", "down.weight"), prefixes=("", "transformer."), weights=_GPT2, ignored_suffixes=("attn.bias", "attn.masked_bias"),
     ),
     "llama": ModelSpec("llama", weights=_LLAMA),
     "mistral": ModelSpec("mistral", weights=_LLAMA),
