@@ -52,6 +52,17 @@ def test_gated_against_float64(rng, dtype, kind, approximate, separate):
     assert _gated(rng, dtype, (3, 5, 48), kind, approximate, separate) < TOL[np.dtype(dtype)]
 
 
+@pytest.mark.parametrize("shape", [(3, 1, 96), (2, 1, 1, 64), (1, 4, 32)])
+def test_gated_on_slices_with_unit_axes(rng, shape):
+    """A decode step's gate/up halves: a slice of wider rows, with axes of size 1
+    between the rows (their strides do not give the row stride)."""
+    wide = rand(rng, (*shape[:-1], 2 * shape[-1]), np.float32, 2.0)
+    view = gp.from_numpy(wide)[..., : shape[-1]]
+    h = shape[-1] // 2
+    ref = _silu(wide[..., :h]) * wide[..., h : shape[-1]]
+    assert rel_err(F.swiglu(view).to_numpy(), ref) < TOL[np.dtype(gp.float32)]
+
+
 @pytest.mark.parametrize("dtype", [*DTYPES, gp.float64])
 def test_relu_squared_and_core_activations(rng, dtype):
     x = rand(rng, (7, 33), dtype, 2.0)
