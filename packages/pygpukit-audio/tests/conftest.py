@@ -16,7 +16,7 @@ try:
 except metadata.PackageNotFoundError:
     from pygpukit_audio import plugin
 
-    gp.plugins.register(plugin, name="pygpukit-audio")
+    gp.plugins.register(plugin, name="audio")
 
 
 @pytest.fixture

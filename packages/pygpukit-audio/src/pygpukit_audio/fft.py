@@ -81,10 +81,10 @@ def ifftshift(x: Any, axes: int | tuple[int, ...] | None = None) -> gp.GPUArray:
 def _prepare(kind: str, a: Any) -> gp.GPUArray:
     """``a`` as a GPUArray of the dtype the transform computes in."""
     if not isinstance(a, gp.GPUArray):
-        try:
-            a = gp.asarray(np.asarray(a))
-        except (TypeError, ValueError) as e:
-            raise AudioTypeError(f"{kind}: input must be an array, got {type(a).__name__}") from e
+        host = np.asarray(a)
+        if host.dtype.kind not in "biufc":
+            raise AudioTypeError(f"{kind}: input must be numeric, got {host.dtype}")
+        a = gp.asarray(host)
     dt = a.dtype
     if dt.kind == "c":
         if kind == "rfft":
