@@ -257,6 +257,8 @@ def _rows(kind: str, x: gp.GPUArray, n: int, cdt: np.dtype, scale: float) -> gp.
         return c2c_rows(x.astype(cdt), -1 if kind == "fft" else 1, scale)
     half = n // 2
     if kind == "rfft" and n % 2 == 0:
+        if x._ptr % cdt.itemsize:  # the pairs are read as complex values: align them
+            x = x.copy()
         z = c2c_rows(_as(x, (batch, half), cdt), -1, 1.0)
         out = gp.empty((batch, half + 1), cdt)
         _elementwise("rfft_post", cdt, None)(_grid(batch * (half + 1)), 256, z, plan.table("rtw", half, cdt), out, batch, half, scale)

@@ -343,7 +343,7 @@ def _takes_stft(y: Any, *args: Any) -> bool:
 
 
 def _takes_istft(s: Any, n_fft: Any, *args: Any) -> bool:
-    return isinstance(s, gp.GPUArray) and s.dtype in (np.complex64, np.complex128) and _fft_launch.supported(n_fft // 2)
+    return isinstance(s, gp.GPUArray) and s.dtype in (np.complex64, np.complex128) and _fft_launch.supported(_fft_launch.modes("irfft", n_fft)[1])
 
 
 def register(registry: Any) -> None:
