@@ -8,9 +8,9 @@ Tolerances, max|got - ref| / max|ref|: float64 / complex128 1e-12 (the
 transforms lose O(eps log n)); float32 / complex64 1e-5 (single-precision
 butterflies over float64 twiddles, a few ulps per stage)."""
 
+import fft_emulation as em
 import numpy as np
 import pytest
-import fft_emulation as em
 from audio_testing import rand, rel_err
 
 import pygpukit as gp

@@ -121,10 +121,14 @@ def test_istft_matches_librosa(rng, kw, dtype):
 def test_round_trip(rng, n_fft, hop, window):
     for length in (5000, 4097, 300):
         y = rng.standard_normal((2, length))
-        back = A.istft(A.stft(gp.from_numpy(y), n_fft=n_fft, hop_length=hop, window=window), n_fft=n_fft, hop_length=hop, window=window, length=length)
+        back = A.istft(
+            A.stft(gp.from_numpy(y), n_fft=n_fft, hop_length=hop, window=window), n_fft=n_fft, hop_length=hop, window=window, length=length
+        )
         assert rel_err(back.to_numpy(), y) < 1e-12, (n_fft, hop, window, length)
     y32 = rng.standard_normal(5000).astype(np.float32)
-    back = A.istft(A.stft(gp.from_numpy(y32), n_fft=n_fft, hop_length=hop, window=window), n_fft=n_fft, hop_length=hop, window=window, length=5000)
+    back = A.istft(
+        A.stft(gp.from_numpy(y32), n_fft=n_fft, hop_length=hop, window=window), n_fft=n_fft, hop_length=hop, window=window, length=5000
+    )
     assert back.dtype == np.float32 and rel_err(back.to_numpy(), y32) < 1e-5
 
 
@@ -143,7 +147,9 @@ def test_torch_compat(rng, normalized, onesided):
     y = rng.standard_normal((2, 2000))
     win = np.hanning(300)
     for n_fft, hop, w in ((400, None, None), (512, 100, win)):
-        kw = dict(hop_length=hop, win_length=None if w is None else w.size, window=w, torch_compat=True, normalized=normalized, onesided=onesided)
+        kw = dict(
+            hop_length=hop, win_length=None if w is None else w.size, window=w, torch_compat=True, normalized=normalized, onesided=onesided
+        )
         got = A.stft(gp.from_numpy(y), n_fft, **kw)
         ref = _torch_stft_numpy(y, n_fft, hop or n_fft // 4, w, normalized, onesided)
         assert rel_err(got.to_numpy(), ref) < 1e-12

@@ -7,10 +7,10 @@ hooks (plugin.py). ``gp.fft`` is this package's fft module.
 
 __version__ = "0.1.0"
 
-from . import fft  # noqa: E402
-from ._errors import AudioTypeError, AudioValueError  # noqa: E402
-from .stft import istft, stft  # noqa: E402
-from .streaming import StreamingISTFT, StreamingSTFT  # noqa: E402
-from .windows import get_window  # noqa: E402
+from . import fft
+from ._errors import AudioTypeError, AudioValueError
+from .stft import istft, stft
+from .streaming import StreamingISTFT, StreamingSTFT
+from .windows import get_window
 
 __all__ = ["AudioTypeError", "AudioValueError", "StreamingISTFT", "StreamingSTFT", "fft", "get_window", "istft", "stft"]

@@ -235,7 +235,18 @@ def transform(kind: str, a: gp.GPUArray, n: int, axis: int, scale: float) -> gp.
             g = groups(a, axis)
         batch, inner, bs, is_, es = g
         ostride = int(np.prod(shape[axis + 1 :], dtype=np.int64))
-        block(kind, a, out, n, cdt, batch, (inner, bs, is_, es), (inner, out_len * ostride, 1, ostride), scale, real_in and kind in ("fft", "ifft"))
+        block(
+            kind,
+            a,
+            out,
+            n,
+            cdt,
+            batch,
+            (inner, bs, is_, es),
+            (inner, out_len * ostride, 1, ostride),
+            scale,
+            real_in and kind in ("fft", "ifft"),
+        )
         return out
     rows = gp.ascontiguousarray(gp.swapaxes(a, axis, -1))
     lead = rows.shape[:-1]

@@ -52,7 +52,7 @@ def complex_dtype(dt: np.dtype) -> np.dtype:
     return np.dtype(np.complex128) if dt in (np.float64, np.complex128) else np.dtype(np.complex64)
 
 
-@functools.cache
+@functools.lru_cache(maxsize=64)  # device memory: the tables of the recent lengths only
 def _table(kind: str, n: int, m: int, dt: np.dtype) -> gp.GPUArray:
     """A device table of complex ``dt``, built in float64 (see table())."""
     if kind == "tw":  # exp(-2 pi i t / n), t < n

@@ -73,7 +73,9 @@ def stft(
     if center:
         y = pad_signal(y, n_fft // 2, n_fft // 2, mode)
     elif n_fft > length:
-        raise AudioValueError(f"stft: n_fft={n_fft} is longer than the signal ({length} samples) with center=False; pad it or use center=True")
+        raise AudioValueError(
+            f"stft: n_fft={n_fft} is longer than the signal ({length} samples) with center=False; pad it or use center=True"
+        )
     scale = n_fft**-0.5 if normalized else 1.0
     s = _dispatch.op("stft")(y, n_fft, hop, device_window(win, y.dtype), bool(onesided), scale)
     return s if return_complex else gp.stack([s.real, s.imag], axis=-1)
@@ -270,7 +272,9 @@ def _check_istft(s: Any, n_fft: int, hop: int, win: Any, offset: int, out_len: i
     if not isinstance(s, gp.GPUArray) or s.dtype.kind != "c" or s.ndim < 2:
         raise AudioTypeError("istft op: the STFT matrix must be a complex GPUArray (..., bins, frames)")
     if s.shape[-2] != n_fft // 2 + 1 or hop < 1 or win.shape != (n_fft,) or offset < 0 or out_len < 0:
-        raise AudioValueError(f"istft op: bad arguments: bins {s.shape[-2]} for n_fft {n_fft}, hop {hop}, offset {offset}, length {out_len}")
+        raise AudioValueError(
+            f"istft op: bad arguments: bins {s.shape[-2]} for n_fft {n_fft}, hop {hop}, offset {offset}, length {out_len}"
+        )
 
 
 def overlap_add_numpy(frames: np.ndarray, win: np.ndarray, hop: int, offset: int, out_len: int, tiny: float) -> np.ndarray:
@@ -343,7 +347,11 @@ def _takes_stft(y: Any, *args: Any) -> bool:
 
 
 def _takes_istft(s: Any, n_fft: Any, *args: Any) -> bool:
-    return isinstance(s, gp.GPUArray) and s.dtype in (np.complex64, np.complex128) and _fft_launch.supported(_fft_launch.modes("irfft", n_fft)[1])
+    return (
+        isinstance(s, gp.GPUArray)
+        and s.dtype in (np.complex64, np.complex128)
+        and _fft_launch.supported(_fft_launch.modes("irfft", n_fft)[1])
+    )
 
 
 def register(registry: Any) -> None:

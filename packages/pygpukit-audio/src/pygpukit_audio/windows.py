@@ -76,7 +76,9 @@ def get_window(window: Any, n: int, fftbins: bool = True) -> np.ndarray:
     try:
         w = np.asarray(window, dtype=np.float64)
     except (TypeError, ValueError) as e:
-        raise AudioTypeError(f"get_window: window must be a name, a (name, parameter) tuple or an array, got {type(window).__name__}") from e
+        raise AudioTypeError(
+            f"get_window: window must be a name, a (name, parameter) tuple or an array, got {type(window).__name__}"
+        ) from e
     if w.shape != (n,):
         raise AudioValueError(f"get_window: a window array must have shape ({n},), got {w.shape}")
     if not np.isfinite(w).all():
