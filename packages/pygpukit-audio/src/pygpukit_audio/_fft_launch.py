@@ -27,7 +27,7 @@ _REAL_T = {np.dtype(np.complex64): "float", np.dtype(np.complex128): "double"}
 _SIG = (
     "const void* in, void* out, const void* tw, const void* rtw, const void* chirp, const void* bhat, const void* ptw, "
     "const void* win, long long batch, long long inner, long long ibs, long long iis, long long ies, long long obs, "
-    "long long ois, long long oes, int L, long long ptw_n, double scale"
+    "long long ois, long long oes, int L, long long ptw_n, double scale, long long shift, long long clip"
 )
 _STATIC_SMEM = 48 * 1024
 _THREADS = 256  # per block at most
@@ -92,11 +92,13 @@ def block_length(L: int) -> tuple[int, bool] | None:
 
 
 def block(kind: str, src: Any, dst: Any, n: int, cdt: np.dtype, batch: int, irows: tuple, orows: tuple, scale: float, real_in: bool = False,
-          win: Any = None) -> bool:  # fmt: skip
+          win: Any = None, clip: tuple[int, int] = (0, 0)) -> bool:  # fmt: skip
     """One launch of an n-point ``kind`` transform over ``batch`` rows; rows
     are (inner, outer stride, inner stride, element stride) in elements of
-    src / dst. ``real_in``: a real input of fft/ifft. False when no block
-    plan exists for n (nothing is launched)."""
+    src / dst. ``real_in``: a real input of fft/ifft. ``clip`` = (row length,
+    shift): real rows start ``shift`` elements left of their stride's start
+    and read zeros outside [0, row length). False when no block plan exists
+    for n (nothing is launched)."""
     direction, L, load, store = modes(kind, n)
     if real_in:
         load = LD_REAL
@@ -110,7 +112,7 @@ def block(kind: str, src: Any, dst: Any, n: int, cdt: np.dtype, batch: int, irow
     bhat = plan.table("bhat", L, cdt, m) if blue else None
     inner, ibs, iis, ies = irows
     _, obs, ois, oes = orows
-    args = (src, dst, tw, rtw, chirp, bhat, None, win, batch, inner, ibs, iis, ies, obs, ois, oes, L, 1, scale)
+    args = (src, dst, tw, rtw, chirp, bhat, None, win, batch, inner, ibs, iis, ies, obs, ois, oes, L, 1, scale, clip[1], clip[0])
     _launch_block((cdt, m, direction, load, store, blue), args, batch)
     return True
 
@@ -183,7 +185,7 @@ def _four_step(x: gp.GPUArray, out: gp.GPUArray, direction: int, scale: float, n
     ):  # fmt: skip
         inner, ibs, iis, ies = irows
         _, obs, ois, oes = orows
-        args = (src, dst, plan.table("tw", m, cdt), None, None, None, tw, None, rows, inner, ibs, iis, ies, obs, ois, oes, m, n, sc)
+        args = (src, dst, plan.table("tw", m, cdt), None, None, None, tw, None, rows, inner, ibs, iis, ies, obs, ois, oes, m, n, sc, 0, 0)
         _launch_block((cdt, m, direction, LD_C2C, ST_C2C, False), args, rows)
     return out
 

@@ -21,9 +21,10 @@ squared windows exceeds the dtype's tiny, as librosa); ``length`` gives the
 exact output length (cropped or zero-padded). In torch_compat mode the window
 envelope must be nonzero over the output (torch's NOLA check).
 
-Two ops are registered: "stft" (framing, window and FFT of an already padded
-signal; the CUDA kernel reads the frames straight from the signal and
-applies the window while loading) and "istft" (inverse FFT of each frame,
+Two ops are registered: "stft" (framing, window and FFT of a signal padded
+beforehand, but for constant padding: the CUDA kernel reads zeros outside
+the signal, reads the frames straight from it and applies the window while
+loading) and "istft" (inverse FFT of each frame,
 then a gathered overlap-add over a range of output samples); the streaming
 classes (streaming.py) reuse both.
 """
@@ -70,14 +71,17 @@ def stft(
     n_fft, hop, win = frame_params("stft", n_fft, hop_length, win_length, window, torch_compat)
     mode = pad_mode_of(pad_mode, torch_compat)
     length = y.shape[-1]
-    if center:
+    zeros = 0  # constant padding is read virtually by the op; the other modes copy samples
+    if center and mode == "constant":
+        zeros = n_fft // 2
+    elif center:
         y = pad_signal(y, n_fft // 2, n_fft // 2, mode)
     elif n_fft > length:
         raise AudioValueError(
             f"stft: n_fft={n_fft} is longer than the signal ({length} samples) with center=False; pad it or use center=True"
         )
     scale = n_fft**-0.5 if normalized else 1.0
-    s = _dispatch.op("stft")(y, n_fft, hop, device_window(win, y.dtype), bool(onesided), scale)
+    s = _dispatch.op("stft")(y, n_fft, hop, device_window(win, y.dtype), bool(onesided), scale, zeros)
     return s if return_complex else gp.stack([s.real, s.imag], axis=-1)
 
 
@@ -226,27 +230,27 @@ def _check_nola(win: np.ndarray, hop: int, frames: int, pad: int, out_len: int) 
         )
 
 
-# -- op "stft": frames of a padded signal, windowed, transformed ----------------------
+# -- op "stft": frames of a signal with ``zeros`` zeros on both sides, windowed, transformed --
 
 
-def _check_stft(y: Any, n_fft: int, hop: int, win: Any) -> int:
+def _check_stft(y: Any, n_fft: int, hop: int, win: Any, zeros: int) -> int:
     if not isinstance(y, gp.GPUArray) or y.dtype not in (np.float32, np.float64) or y.ndim == 0:
         raise AudioTypeError("stft op: y must be a float32 or float64 GPUArray (..., samples)")
-    if y.shape[-1] < n_fft or hop < 1 or win.shape != (n_fft,):
-        raise AudioValueError(f"stft op: needs at least n_fft={n_fft} samples, hop >= 1 and an n_fft window; got {y.shape}, hop {hop}")
-    return n_frames_of(y.shape[-1], n_fft, hop)
+    if y.shape[-1] + 2 * zeros < n_fft or hop < 1 or win.shape != (n_fft,) or zeros < 0:
+        raise AudioValueError(f"stft op: needs n_fft={n_fft} padded samples, hop >= 1 and an n_fft window; got {y.shape}, hop {hop}")
+    return n_frames_of(y.shape[-1] + 2 * zeros, n_fft, hop)
 
 
-def reference_stft(y: gp.GPUArray, n_fft: int, hop: int, win: gp.GPUArray, onesided: bool, scale: float) -> gp.GPUArray:
-    _check_stft(y, n_fft, hop, win)
-    x = y.to_numpy().astype(np.float64)
+def reference_stft(y: gp.GPUArray, n_fft: int, hop: int, win: gp.GPUArray, onesided: bool, scale: float, zeros: int = 0) -> gp.GPUArray:
+    _check_stft(y, n_fft, hop, win, zeros)
+    x = np.pad(y.to_numpy().astype(np.float64), [(0, 0)] * (y.ndim - 1) + [(zeros, zeros)])
     frames = np.lib.stride_tricks.sliding_window_view(x, n_fft, axis=-1)[..., ::hop, :]
     spec = (np.fft.rfft if onesided else np.fft.fft)(frames * win.to_numpy().astype(np.float64), axis=-1) * scale
     return gp.from_numpy(np.ascontiguousarray(spec.astype(plan.complex_dtype(y.dtype)))).swapaxes(-1, -2)
 
 
-def kernel_stft(y: gp.GPUArray, n_fft: int, hop: int, win: gp.GPUArray, onesided: bool, scale: float) -> gp.GPUArray:
-    frames = _check_stft(y, n_fft, hop, win)
+def kernel_stft(y: gp.GPUArray, n_fft: int, hop: int, win: gp.GPUArray, onesided: bool, scale: float, zeros: int = 0) -> gp.GPUArray:
+    frames = _check_stft(y, n_fft, hop, win, zeros)
     y = gp.ascontiguousarray(y)
     lead, length = y.shape[:-1], y.shape[-1]
     rows = math.prod(lead)
@@ -257,8 +261,10 @@ def kernel_stft(y: gp.GPUArray, n_fft: int, hop: int, win: gp.GPUArray, onesided
     if out.size == 0:
         return out.swapaxes(-1, -2)
     irows, orows = (frames, length, hop, 1), (frames, frames * bins, bins, 1)
-    if not _fft_launch.block(kind, y, out, n_fft, cdt, rows * frames, irows, orows, scale, not onesided, win):
+    clip = (length, zeros) if zeros else (0, 0)
+    if not _fft_launch.block(kind, y, out, n_fft, cdt, rows * frames, irows, orows, scale, not onesided, win, clip):
         # n_fft too long for one block: gather the frames, then the multi-pass FFT
+        y = pad_signal(y, zeros, zeros, "constant")
         idx = (np.arange(frames, dtype=np.int64)[:, None] * hop + np.arange(n_fft)).reshape(-1)
         framed = gp.take(y, gp.from_numpy(idx), axis=-1).reshape(*lead, frames, n_fft) * win
         out = _fft_launch.transform(kind, framed, n_fft, len(lead) + 1, scale)

@@ -113,7 +113,7 @@ class StreamingSTFT:
             seg = pad_signal(buf, lw, rw, self.mode)[..., a - self._start + lw : b - self._start + lw]
         else:
             seg = buf[..., a - self._start : b - self._start]
-        out = _dispatch.op("stft")(seg, self.n_fft, self.hop, device_window(self._win, buf.dtype), self.onesided, self._scale)
+        out = _dispatch.op("stft")(seg, self.n_fft, self.hop, device_window(self._win, buf.dtype), self.onesided, self._scale, 0)
         self._next += count
         keep = max(0, min(self._next * self.hop - self._pad, self._received - (self._pad + 1)))
         if keep > self._start:

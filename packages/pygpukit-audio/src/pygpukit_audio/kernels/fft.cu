@@ -10,7 +10,9 @@
 // (b % inner) * is, so one kernel serves contiguous rows, any axis, the
 // columns of a four-step pass and the frames of an STFT (a frame is a row of
 // the padded signal starting at t * hop). Real inputs and outputs are
-// addressed in real elements, complex ones in complex elements.
+// addressed in real elements, complex ones in complex elements. Real loads
+// may shift each row's start left and read zeros outside the row (clip > 0):
+// a centred STFT's constant padding without a padded copy of the signal.
 //
 // Load modes (what becomes the M-point complex input):
 //   LD_C2C    complex rows
@@ -160,18 +162,25 @@ struct Rows {
   __device__ __forceinline__ long long base(long long b) const { return (b / inner) * bs + (b % inner) * is; }
 };
 
+// A real sample at base + off, or 0 where the in-row index r0 + off falls
+// outside [0, clip) (clip > 0: the zero padding of a centred STFT, read
+// virtually instead of padding the signal).
+template <class R> __device__ __forceinline__ R real_at(const R* x, long long base, long long r0, long long off, long long clip) {
+  return clip > 0 && (r0 + off < 0 || r0 + off >= clip) ? R(0) : x[base + off];
+}
+
 // Element j (< L) of the complex input of transform b, by load mode.
 template <int LOAD, class R>
 __device__ __forceinline__ complex<R> load(const void* in, const R* __restrict__ win, const complex<R>* __restrict__ rtw,
-                                           long long base, long long es, int j, int L) {
+                                           long long base, long long es, int j, int L, long long r0 = 0, long long clip = 0) {
   if constexpr (LOAD == LD_C2C) {
     return static_cast<const complex<R>*>(in)[base + j * es];
   } else if constexpr (LOAD == LD_REAL) {
-    const R v = static_cast<const R*>(in)[base + j * es];
+    const R v = real_at(static_cast<const R*>(in), base, r0, j * es, clip);
     return complex<R>(win ? v * win[j] : v, R(0));
   } else if constexpr (LOAD == LD_PAIRS) {
     const R* x = static_cast<const R*>(in);
-    R a = x[base + 2LL * j * es], b = x[base + (2LL * j + 1) * es];
+    R a = real_at(x, base, r0, 2LL * j * es, clip), b = real_at(x, base, r0, (2LL * j + 1) * es, clip);
     if (win) {
       a *= win[2 * j];
       b *= win[2 * j + 1];
@@ -243,7 +252,7 @@ template <class R, int M, int T, int TPB, int DIR, int LOAD, int STORE, bool BLU
 __global__ void __launch_bounds__(T * TPB) fft_block(
     const void* in, void* out, const void* tw_, const void* rtw_, const void* chirp_, const void* bhat_, const void* ptw_,
     const void* win_, long long batch, long long inner, long long ibs, long long iis, long long ies, long long obs, long long ois,
-    long long oes, int L, long long ptw_n, double scale_) {
+    long long oes, int L, long long ptw_n, double scale_, long long shift, long long clip) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   complex<R>* s = reinterpret_cast<complex<R>*>(smem_raw) + threadIdx.y * M;
   const complex<R>* tw = static_cast<const complex<R>*>(tw_);
@@ -254,11 +263,13 @@ __global__ void __launch_bounds__(T * TPB) fft_block(
   const int tid = threadIdx.x;
   const long long b = (long long)blockIdx.x * TPB + threadIdx.y;
   const bool valid = b < batch;  // invalid rows still take part in every barrier
-  const Rows ir{inner, ibs, iis, ies}, orow{inner, obs, ois, oes};
-  const long long ib = valid ? ir.base(b) : 0, ob = valid ? orow.base(b) : 0;
+  const Rows orow{inner, obs, ois, oes};
+  // rows start at (b / inner) * ibs + r0 with in-row index r0 = (b % inner) * iis - shift
+  const long long r0 = valid ? (b % inner) * iis - shift : 0;
+  const long long ib = valid ? (b / inner) * ibs + r0 : 0, ob = valid ? orow.base(b) : 0;
   for (int j = tid; j < M; j += T) {
     complex<R> v(R(0), R(0));
-    if (valid && j < L) v = load<LOAD, R>(in, win, rtw, ib, ies, j, L);
+    if (valid && j < L) v = load<LOAD, R>(in, win, rtw, ib, ies, j, L, r0, clip);
     if (BLUE && j < L) v = v * dir<DIR>(chirp[j]);
     s[j] = v;
   }
