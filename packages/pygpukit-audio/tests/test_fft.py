@@ -175,7 +175,7 @@ def test_four_step_mirror(rng, n1, n2):
 def test_kernels_compile(need_nvrtc):
     """Every load / store mode, both precisions, Bluestein, the elementwise steps."""
     c64, c128 = np.dtype(np.complex64), np.dtype(np.complex128)
-    for cdt, m, d, ld, st, blue in [
+    for cdt, m, d, ld, st, blue, *cols in [
         (c64, 512, -1, L.LD_PAIRS, L.ST_RPOST, False),
         (c64, 512, 1, L.LD_IRPRE, L.ST_IRPOST, False),
         (c64, 4096, -1, L.LD_C2C, L.ST_C2C, False),
@@ -184,8 +184,10 @@ def test_kernels_compile(need_nvrtc):
         (c128, 343, 1, L.LD_HERM, L.ST_REAL, False),
         (c64, 256, -1, L.LD_REAL, L.ST_HALF, True),
         (c128, 1, -1, L.LD_C2C, L.ST_C2C, False),
+        (c64, 256, -1, L.LD_C2C, L.ST_C2C, False, True, True),  # the four-step passes
+        (c128, 4096, 1, L.LD_C2C, L.ST_C2C, False, False, True),
     ]:
-        L._block_kernel(cdt, m, d, ld, st, blue)[0].compile(sm=90)
+        L._block_kernel(cdt, m, d, ld, st, blue, *cols)[0].compile(sm=90)
     for name, d in (("chirp_in", -1), ("mul_rows", 1), ("chirp_out", 1), ("rfft_post", None), ("irfft_pre", None), ("herm_expand", None)):
         L._elementwise(name, c64, d).compile(sm=90)
 

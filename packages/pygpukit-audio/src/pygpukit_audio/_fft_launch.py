@@ -50,13 +50,17 @@ def geometry(m: int, item: int) -> tuple[int, int]:
 
 
 @functools.cache
-def _block_kernel(cdt: np.dtype, m: int, direction: int, load: int, store: int, blue: bool) -> tuple[Any, int, int, int]:
-    """(kernel, threads, transforms per block, shared bytes) of one block transform."""
+def _block_kernel(
+    cdt: np.dtype, m: int, direction: int, load: int, store: int, blue: bool, lcols: bool = False, scols: bool = False
+) -> tuple[Any, int, int, int]:
+    """(kernel, threads, transforms per block, shared bytes) of one block transform;
+    lcols / scols: the column load / store mapping of the four-step passes."""
     t, tpb = geometry(m, cdt.itemsize)
     rad = "".join(f", {r}" for r in plan.radices(m) or ())
-    expr = f"pgk_fft::fft_block<{_REAL_T[cdt]}, {m}, {t}, {tpb}, {direction}, {load}, {store}, {'true' if blue else 'false'}{rad}>"
+    flags = ", ".join("true" if f else "false" for f in (blue, lcols, scols))
+    expr = f"pgk_fft::fft_block<{_REAL_T[cdt]}, {m}, {t}, {tpb}, {direction}, {load}, {store}, {flags}{rad}>"
     kern = gp.jit(_source(), expr, signature=_SIG, name="fft.cu")
-    return kern, t, tpb, tpb * m * cdt.itemsize
+    return kern, t, tpb, tpb * (m + 1 if lcols or scols else m) * cdt.itemsize
 
 
 _opted_in: set[tuple[int, int]] = set()
@@ -179,14 +183,15 @@ def _four_step(x: gp.GPUArray, out: gp.GPUArray, direction: int, scale: float, n
     cdt = x.dtype
     tmp = gp.empty((batch, n), cdt)
     ptw = plan.table("tw", n, cdt)
-    for (m, src, dst, irows, orows, rows, tw, sc) in (
-        (n1, x, tmp, (n2, n, 1, n2), (n2, n, 1, n2), batch * n2, ptw, 1.0),
-        (n2, tmp, out, (n1, n, n2, 1), (n1, n, 1, n1), batch * n1, None, scale),
+    # adjacent rows of a pass are adjacent columns where it reads / writes with stride n2 / n1
+    for (m, src, dst, irows, orows, rows, tw, sc, lcols) in (
+        (n1, x, tmp, (n2, n, 1, n2), (n2, n, 1, n2), batch * n2, ptw, 1.0, True),
+        (n2, tmp, out, (n1, n, n2, 1), (n1, n, 1, n1), batch * n1, None, scale, False),
     ):  # fmt: skip
         inner, ibs, iis, ies = irows
         _, obs, ois, oes = orows
         args = (src, dst, plan.table("tw", m, cdt), None, None, None, tw, None, rows, inner, ibs, iis, ies, obs, ois, oes, m, n, sc, 0, 0)
-        _launch_block((cdt, m, direction, LD_C2C, ST_C2C, False), args, rows)
+        _launch_block((cdt, m, direction, LD_C2C, ST_C2C, False, lcols, True), args, rows)
     return out
 
 

@@ -248,30 +248,49 @@ __device__ __forceinline__ void transform(complex<R>* s, const complex<R>* __res
 // One block: blockDim = (T, TPB); row b = blockIdx.x * TPB + threadIdx.y.
 // L: the logical length (M unless BLUE); rtw: exp(-2 pi i k / 2L), k <= L (the
 // even real transforms); chirp/bhat: Bluestein's tables for direction DIR.
-template <class R, int M, int T, int TPB, int DIR, int LOAD, int STORE, bool BLUE, int... RADICES>
+// LCOLS / SCOLS (complex rows of M points only): the block loads / stores its
+// TPB rows together with the row index fastest across the lanes, so that
+// rows which are adjacent columns of a four-step pass move in whole sectors;
+// shared rows are then padded by one value against bank conflicts.
+template <class R, int M, int T, int TPB, int DIR, int LOAD, int STORE, bool BLUE, bool LCOLS, bool SCOLS, int... RADICES>
 __global__ void __launch_bounds__(T * TPB) fft_block(
     const void* in, void* out, const void* tw_, const void* rtw_, const void* chirp_, const void* bhat_, const void* ptw_,
     const void* win_, long long batch, long long inner, long long ibs, long long iis, long long ies, long long obs, long long ois,
     long long oes, int L, long long ptw_n, double scale_, long long shift, long long clip) {
+  static_assert(!LCOLS || (LOAD == LD_C2C && !BLUE), "column loads take complex rows of M points");
+  static_assert(!SCOLS || (STORE == ST_C2C && !BLUE), "column stores write complex rows of M points");
+  constexpr int MS = LCOLS || SCOLS ? M + 1 : M;  // shared row stride
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  complex<R>* s = reinterpret_cast<complex<R>*>(smem_raw) + threadIdx.y * M;
+  complex<R>* s0 = reinterpret_cast<complex<R>*>(smem_raw);
+  complex<R>* s = s0 + threadIdx.y * MS;
   const complex<R>* tw = static_cast<const complex<R>*>(tw_);
   const complex<R>* rtw = static_cast<const complex<R>*>(rtw_);
   const complex<R>* chirp = static_cast<const complex<R>*>(chirp_);
   const complex<R>* bhat = static_cast<const complex<R>*>(bhat_);
+  const complex<R>* ptw = static_cast<const complex<R>*>(ptw_);
   const R* win = static_cast<const R*>(win_);
   const int tid = threadIdx.x;
   const long long b = (long long)blockIdx.x * TPB + threadIdx.y;
   const bool valid = b < batch;  // invalid rows still take part in every barrier
-  const Rows orow{inner, obs, ois, oes};
-  // rows start at (b / inner) * ibs + r0 with in-row index r0 = (b % inner) * iis - shift
-  const long long r0 = valid ? (b % inner) * iis - shift : 0;
-  const long long ib = valid ? (b / inner) * ibs + r0 : 0, ob = valid ? orow.base(b) : 0;
-  for (int j = tid; j < M; j += T) {
-    complex<R> v(R(0), R(0));
-    if (valid && j < L) v = load<LOAD, R>(in, win, rtw, ib, ies, j, L, r0, clip);
-    if (BLUE && j < L) v = v * dir<DIR>(chirp[j]);
-    s[j] = v;
+  // In the column mappings thread l handles row l % TPB (fixed, as T * TPB is a
+  // multiple of TPB) and the points l / TPB + i * T.
+  const int lin = threadIdx.y * T + threadIdx.x;
+  const int crow = lin % TPB;
+  const long long cb = (long long)blockIdx.x * TPB + crow;
+  if constexpr (LCOLS) {
+    const complex<R>* x = static_cast<const complex<R>*>(in);
+    const long long base = cb < batch ? (cb / inner) * ibs + (cb % inner) * iis : 0;
+    for (int j = lin / TPB; j < M; j += T) s0[crow * MS + j] = cb < batch ? x[base + j * ies] : complex<R>(R(0), R(0));
+  } else {
+    // rows start at (b / inner) * ibs + r0 with in-row index r0 = (b % inner) * iis - shift
+    const long long r0 = valid ? (b % inner) * iis - shift : 0;
+    const long long ib = valid ? (b / inner) * ibs + r0 : 0;
+    for (int j = tid; j < M; j += T) {
+      complex<R> v(R(0), R(0));
+      if (valid && j < L) v = load<LOAD, R>(in, win, rtw, ib, ies, j, L, r0, clip);
+      if (BLUE && j < L) v = v * dir<DIR>(chirp[j]);
+      s[j] = v;
+    }
   }
   __syncthreads();
   if constexpr (BLUE) {
@@ -284,8 +303,20 @@ __global__ void __launch_bounds__(T * TPB) fft_block(
   } else {
     transform<R, M, T, DIR, RADICES...>(s, tw, tid);
   }
-  if (valid)
-    store<STORE, R>(out, s, rtw, static_cast<const complex<R>*>(ptw_), ptw_n, DIR, b % inner, ob, oes, L, R(scale_), tid, T);
+  if constexpr (SCOLS) {
+    if (cb < batch) {
+      complex<R>* o = static_cast<complex<R>*>(out);
+      const long long base = (cb / inner) * obs + (cb % inner) * ois, col = cb % inner;
+      for (int k = lin / TPB; k < M; k += T) {
+        complex<R> v = scale(s0[crow * MS + k], R(scale_));
+        if (ptw) v = v * dir<DIR>(ptw[(col * k) % ptw_n]);
+        o[base + k * oes] = v;
+      }
+    }
+  } else if (valid) {
+    const Rows orow{inner, obs, ois, oes};
+    store<STORE, R>(out, s, rtw, ptw, ptw_n, DIR, b % inner, orow.base(b), oes, L, R(scale_), tid, T);
+  }
 }
 
 // -- elementwise steps of the transforms too long for one block -------------------
