@@ -124,3 +124,17 @@ def four_step(x, d, n1, n2):
     rows = y.reshape(batch, n2, n1).transpose(0, 2, 1).reshape(batch * n1, n2)  # tmp row k1
     z = _transform(rows.copy(), _table("tw", n2), d)  # z[(b, k1), k2] -> X[k1 + n1 k2]
     return z.reshape(batch, n1, n2).transpose(0, 2, 1).reshape(batch, n)
+
+
+def rows(flat, batch, irows, length, clip=(0, 0), pairs=False):
+    """The rows fft_block reads: element j of row b at (b / inner) * bs + r0 + j * es
+    (real pairs: 2j and 2j + 1), r0 = (b % inner) * is - shift, zero outside
+    [0, clip) when clip > 0."""
+    inner, bs, is_, es = irows
+    row_len, shift = clip
+    b = np.arange(batch)[:, None]
+    r0 = (b % inner) * is_ - shift
+    base = (b // inner) * bs + r0
+    offs = np.arange(2 * length if pairs else length)[None, :] * es
+    inside = (r0 + offs >= 0) & (r0 + offs < row_len) if row_len > 0 else np.ones((batch, offs.size), bool)
+    return np.where(inside, flat[np.where(inside, base + offs, 0)], 0)

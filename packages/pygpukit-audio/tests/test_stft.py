@@ -297,3 +297,17 @@ def test_kernel_stft_istft_long_signals(rng, n_fft, hop):
     assert rel_err(got.to_numpy(), ref.to_numpy()) < 1e-5
     back = A.istft(got, hop_length=hop, n_fft=n_fft, length=y.shape[-1])
     assert rel_err(back.to_numpy(), y) < 1e-5
+
+
+def test_kernel_frame_addressing(rng):
+    """kernel_stft's rows (frames of the unpadded signal, shifted by the centre
+    padding and read as zeros outside it) are librosa's frames."""
+    em = importlib.import_module("fft_emulation")
+    for length, n_fft, hop in ((1000, 256, 64), (100, 256, 50), (777, 64, 1), (5, 16, 3)):
+        y = rng.standard_normal((2, length))
+        zeros = n_fft // 2
+        frames = S.n_frames_of(length + 2 * zeros, n_fft, hop)
+        got = em.rows(y.reshape(-1), 2 * frames, (frames, length, hop, 1), n_fft, clip=(length, zeros))
+        padded = np.pad(y, [(0, 0), (zeros, zeros)])
+        want = np.lib.stride_tricks.sliding_window_view(padded, n_fft, axis=-1)[:, ::hop].reshape(2 * frames, n_fft)
+        np.testing.assert_array_equal(got, want)
