@@ -180,7 +180,17 @@ __device__ __forceinline__ complex<R> load(const void* in, const R* __restrict__
     return complex<R>(win ? v * win[j] : v, R(0));
   } else if constexpr (LOAD == LD_PAIRS) {
     const R* x = static_cast<const R*>(in);
-    R a = real_at(x, base, r0, 2LL * j * es, clip), b = real_at(x, base, r0, (2LL * j + 1) * es, clip);
+    const long long off = 2LL * j * es;
+    R a, b;
+    const R* p = x + base + off;  // not read unless inside the row
+    if (es == 1 && (reinterpret_cast<size_t>(p) & (2 * sizeof(R) - 1)) == 0 && (clip <= 0 || (r0 + off >= 0 && r0 + off + 1 < clip))) {
+      const complex<R> v = *reinterpret_cast<const complex<R>*>(p);  // one aligned 2-wide load
+      a = v.re;
+      b = v.im;
+    } else {
+      a = real_at(x, base, r0, off, clip);
+      b = real_at(x, base, r0, off + es, clip);
+    }
     if (win) {
       a *= win[2 * j];
       b *= win[2 * j + 1];
