@@ -169,9 +169,21 @@ def frame_params(op: str, n_fft: Any, hop: Any, win_length: Any, window: Any, to
     hop = max(default_hop, 1) if hop is None else _int(op, "hop_length", hop, 1)
     if window is None:
         window = "boxcar" if torch_compat else "hann"
-    w = get_window(window, win_length)
-    lpad = (n_fft - win_length) // 2
-    return n_fft, hop, np.pad(w, (lpad, n_fft - win_length - lpad))
+    if isinstance(window, (str, tuple)):
+        return n_fft, hop, _named_window(window, win_length, n_fft)
+    return n_fft, hop, _centred(get_window(window, win_length), n_fft)
+
+
+def _centred(w: np.ndarray, n_fft: int) -> np.ndarray:
+    lpad = (n_fft - w.size) // 2
+    return np.pad(w, (lpad, n_fft - w.size - lpad))
+
+
+@functools.lru_cache(maxsize=64)
+def _named_window(window: str | tuple, win_length: int, n_fft: int) -> np.ndarray:
+    w = _centred(get_window(window, win_length), n_fft)
+    w.flags.writeable = False  # shared between calls
+    return w
 
 
 def pad_mode_of(mode: Any, torch_compat: bool) -> str:
