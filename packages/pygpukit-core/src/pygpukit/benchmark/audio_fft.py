@@ -8,6 +8,7 @@ stft >= 0.8x torch's speed)."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -33,26 +34,24 @@ def _cases(name: str, mod: Any, rffts: list[np.ndarray], y: np.ndarray) -> dict[
     if name == "pygpukit":
         import pygpukit_audio as audio
 
-        calls: dict[str, Callable[[], object]] = {}
-        for x in rffts:
-            g = gp.from_numpy(x)
-            calls[f"rfft_f32_{x.shape[0]}x{x.shape[1]}"] = lambda g=g: gp.fft.rfft(g)
+        fft: Any = audio.fft
+        args = [gp.from_numpy(x) for x in rffts]
         gy = gp.from_numpy(y)
-        calls[stft_case] = lambda: audio.stft(gy, N_FFT, HOP)
-        return calls
-    if name == "torch":
-        calls = {}
-        for x in rffts:
-            t = mod.from_numpy(x).cuda()
-            calls[f"rfft_f32_{x.shape[0]}x{x.shape[1]}"] = lambda t=t: mod.fft.rfft(t)
+        rfft, stft = (lambda a: fft.rfft(a)), (lambda: audio.stft(gy, N_FFT, HOP))
+    elif name == "torch":
+        args = [mod.from_numpy(x).cuda() for x in rffts]
         ty, tw = mod.from_numpy(y).cuda(), mod.from_numpy(win).cuda()
-        calls[stft_case] = lambda: mod.stft(ty, N_FFT, HOP, window=tw, center=True, pad_mode="constant", return_complex=True)
-        return calls
-    if name == "numpy":
-        calls = {f"rfft_f32_{x.shape[0]}x{x.shape[1]}": (lambda x=x: np.fft.rfft(x)) for x in rffts}
-        calls[stft_case] = lambda: _numpy_stft(y, win)
-        return calls
-    return {}  # CuPy's cuFFT is the same library torch calls
+        rfft = lambda a: mod.fft.rfft(a)
+        stft = lambda: mod.stft(ty, N_FFT, HOP, window=tw, center=True, pad_mode="constant", return_complex=True)
+    elif name == "numpy":
+        args, rfft, stft = list(rffts), np.fft.rfft, (lambda: _numpy_stft(y, win))
+    else:
+        return {}  # CuPy's cuFFT is the same library torch calls
+    calls: dict[str, Callable[[], object]] = {}
+    for x, a in zip(rffts, args):
+        calls[f"rfft_f32_{x.shape[0]}x{x.shape[1]}"] = functools.partial(rfft, a)
+    calls[stft_case] = stft
+    return calls
 
 
 def bench_audio_fft(rec: Recorder, quick: bool) -> None:
