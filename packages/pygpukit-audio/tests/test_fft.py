@@ -145,7 +145,7 @@ def test_plans():
     assert L.supported(4099) and L.supported(2**24) and not L.supported(2**24 + 1)
     for m in (1, 8, 360, 4096):
         t, tpb = L.geometry(m, 8)
-        assert 1 <= t * tpb <= 256 and tpb * m * 8 <= 48 * 1024
+        assert 1 <= t * tpb <= 256 and tpb * L.padded(m) * 8 <= 48 * 1024
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 7, 8, 12, 16, 17, 30, 64, 97, 98, 343, 360, 625, 1000, 2048, 2050, 4096])

@@ -39,12 +39,17 @@ def _source() -> str:
         return f.read()
 
 
+def padded(m: int) -> int:
+    """Shared values of an m-point row (fft.cu's padded(): one per 16 against bank conflicts)."""
+    return m + (m >> 4)
+
+
 def geometry(m: int, item: int) -> tuple[int, int]:
     """(threads per transform, transforms per block) of an m-point block
     transform of ``item``-byte complex values: about 8 points per thread."""
     t = max(1, min(_THREADS, m // 8))
     tpb = max(1, _THREADS // t)
-    while tpb > 1 and tpb * m * item > _STATIC_SMEM:
+    while tpb > 1 and tpb * padded(m) * item > _STATIC_SMEM:
         tpb //= 2
     return t, tpb
 
@@ -60,7 +65,7 @@ def _block_kernel(
     flags = ", ".join("true" if f else "false" for f in (blue, lcols, scols))
     expr = f"pgk_fft::fft_block<{_REAL_T[cdt]}, {m}, {t}, {tpb}, {direction}, {load}, {store}, {flags}{rad}>"
     kern = gp.jit(_source(), expr, signature=_SIG, name="fft.cu")
-    return kern, t, tpb, tpb * (m + 1 if lcols or scols else m) * cdt.itemsize
+    return kern, t, tpb, tpb * (padded(m) + (1 if lcols or scols else 0)) * cdt.itemsize
 
 
 _opted_in: set[tuple[int, int]] = set()

@@ -113,6 +113,11 @@ template <int RADIX, int DIR, class R> __device__ __forceinline__ void dft(compl
   }
 }
 
+// Shared index of point i of a row: one value of padding per 16 spreads the
+// strided accesses of the stages over the banks (host: _fft_launch.padded).
+__device__ __forceinline__ int sx(int i) { return i + (i >> 4); }
+__host__ __device__ constexpr int padded(int m) { return m + (m >> 4); }
+
 // One Stockham stage (P: points of the sub-transforms done so far) over the
 // M-point row s; tw[t] = exp(-2 pi i t / M).
 template <class R, int M, int T, int DIR, int P, int RADIX>
@@ -126,7 +131,7 @@ __device__ __forceinline__ void stage(complex<R>* s, const complex<R>* __restric
     const int i = tid + it * T;
     if (NB % T == 0 || i < NB) {
 #pragma unroll
-      for (int q = 0; q < RADIX; ++q) u[it][q] = s[i + q * NB];
+      for (int q = 0; q < RADIX; ++q) u[it][q] = s[sx(i + q * NB)];
     }
   }
   __syncthreads();
@@ -142,7 +147,7 @@ __device__ __forceinline__ void stage(complex<R>* s, const complex<R>* __restric
       dft<RADIX, DIR>(u[it]);
       const int j = (i - k) * RADIX + k;
 #pragma unroll
-      for (int q = 0; q < RADIX; ++q) s[j + q * P] = u[it][q];
+      for (int q = 0; q < RADIX; ++q) s[sx(j + q * P)] = u[it][q];
     }
   }
   __syncthreads();
@@ -221,7 +226,7 @@ __device__ __forceinline__ void store(void* out, const complex<R>* z, const comp
   if constexpr (STORE == ST_C2C) {
     complex<R>* o = static_cast<complex<R>*>(out);
     for (int k = tid; k < L; k += T) {
-      complex<R> v = scale(z[k], sc);
+      complex<R> v = scale(z[sx(k)], sc);
       if (ptw) {
         const complex<R> w = ptw[(inner_idx * k) % ptw_n];
         v = v * (DIRS < 0 ? w : conj(w));
@@ -231,22 +236,23 @@ __device__ __forceinline__ void store(void* out, const complex<R>* z, const comp
   } else if constexpr (STORE == ST_RPOST) {
     complex<R>* o = static_cast<complex<R>*>(out);
     for (int k = tid; k <= L; k += T) {
-      const complex<R> a = z[k == L ? 0 : k], b = conj(z[k == 0 ? 0 : L - k]);
+      const complex<R> a = z[sx(k == L ? 0 : k)], b = conj(z[sx(k == 0 ? 0 : L - k)]);
       const complex<R> e = a + b, od = rot<-1>(a - b);  // 2E_k and 2O_k
       o[base + k * es] = scale(e + od * rtw[k], R(0.5) * sc);
     }
   } else if constexpr (STORE == ST_REAL) {
     R* o = static_cast<R*>(out);
-    for (int k = tid; k < L; k += T) o[base + k * es] = z[k].re * sc;
+    for (int k = tid; k < L; k += T) o[base + k * es] = z[sx(k)].re * sc;
   } else if constexpr (STORE == ST_IRPOST) {
     R* o = static_cast<R*>(out);
     for (int k = tid; k < L; k += T) {
-      o[base + 2LL * k * es] = z[k].re * sc;
-      o[base + (2LL * k + 1) * es] = z[k].im * sc;
+      const complex<R> v = z[sx(k)];
+      o[base + 2LL * k * es] = v.re * sc;
+      o[base + (2LL * k + 1) * es] = v.im * sc;
     }
   } else {  // ST_HALF
     complex<R>* o = static_cast<complex<R>*>(out);
-    for (int k = tid; k <= L / 2; k += T) o[base + k * es] = scale(z[k], sc);
+    for (int k = tid; k <= L / 2; k += T) o[base + k * es] = scale(z[sx(k)], sc);
   }
 }
 
@@ -261,7 +267,7 @@ __device__ __forceinline__ void transform(complex<R>* s, const complex<R>* __res
 // LCOLS / SCOLS (complex rows of M points only): the block loads / stores its
 // TPB rows together with the row index fastest across the lanes, so that
 // rows which are adjacent columns of a four-step pass move in whole sectors;
-// shared rows are then padded by one value against bank conflicts.
+// shared rows are then one value longer against bank conflicts.
 template <class R, int M, int T, int TPB, int DIR, int LOAD, int STORE, bool BLUE, bool LCOLS, bool SCOLS, int... RADICES>
 __global__ void __launch_bounds__(T * TPB) fft_block(
     const void* in, void* out, const void* tw_, const void* rtw_, const void* chirp_, const void* bhat_, const void* ptw_,
@@ -269,7 +275,7 @@ __global__ void __launch_bounds__(T * TPB) fft_block(
     long long oes, int L, long long ptw_n, double scale_, long long shift, long long clip) {
   static_assert(!LCOLS || (LOAD == LD_C2C && !BLUE), "column loads take complex rows of M points");
   static_assert(!SCOLS || (STORE == ST_C2C && !BLUE), "column stores write complex rows of M points");
-  constexpr int MS = LCOLS || SCOLS ? M + 1 : M;  // shared row stride
+  constexpr int MS = padded(M) + (LCOLS || SCOLS ? 1 : 0);  // shared row stride
   extern __shared__ __align__(16) unsigned char smem_raw[];
   complex<R>* s0 = reinterpret_cast<complex<R>*>(smem_raw);
   complex<R>* s = s0 + threadIdx.y * MS;
@@ -290,7 +296,7 @@ __global__ void __launch_bounds__(T * TPB) fft_block(
   if constexpr (LCOLS) {
     const complex<R>* x = static_cast<const complex<R>*>(in);
     const long long base = cb < batch ? (cb / inner) * ibs + (cb % inner) * iis : 0;
-    for (int j = lin / TPB; j < M; j += T) s0[crow * MS + j] = cb < batch ? x[base + j * ies] : complex<R>(R(0), R(0));
+    for (int j = lin / TPB; j < M; j += T) s0[crow * MS + sx(j)] = cb < batch ? x[base + j * ies] : complex<R>(R(0), R(0));
   } else {
     // rows start at (b / inner) * ibs + r0 with in-row index r0 = (b % inner) * iis - shift
     const long long r0 = valid ? (b % inner) * iis - shift : 0;
@@ -299,16 +305,16 @@ __global__ void __launch_bounds__(T * TPB) fft_block(
       complex<R> v(R(0), R(0));
       if (valid && j < L) v = load<LOAD, R>(in, win, rtw, ib, ies, j, L, r0, clip);
       if (BLUE && j < L) v = v * dir<DIR>(chirp[j]);
-      s[j] = v;
+      s[sx(j)] = v;
     }
   }
   __syncthreads();
   if constexpr (BLUE) {
     transform<R, M, T, -1, RADICES...>(s, tw, tid);
-    for (int j = tid; j < M; j += T) s[j] = s[j] * dir<DIR>(bhat[j]);
+    for (int j = tid; j < M; j += T) s[sx(j)] = s[sx(j)] * dir<DIR>(bhat[j]);
     __syncthreads();
     transform<R, M, T, 1, RADICES...>(s, tw, tid);
-    for (int j = tid; j < L; j += T) s[j] = s[j] * dir<DIR>(chirp[j]);
+    for (int j = tid; j < L; j += T) s[sx(j)] = s[sx(j)] * dir<DIR>(chirp[j]);
     __syncthreads();
   } else {
     transform<R, M, T, DIR, RADICES...>(s, tw, tid);
@@ -318,7 +324,7 @@ __global__ void __launch_bounds__(T * TPB) fft_block(
       complex<R>* o = static_cast<complex<R>*>(out);
       const long long base = (cb / inner) * obs + (cb % inner) * ois, col = cb % inner;
       for (int k = lin / TPB; k < M; k += T) {
-        complex<R> v = scale(s0[crow * MS + k], R(scale_));
+        complex<R> v = scale(s0[crow * MS + sx(k)], R(scale_));
         if (ptw) v = v * dir<DIR>(ptw[(col * k) % ptw_n]);
         o[base + k * oes] = v;
       }
