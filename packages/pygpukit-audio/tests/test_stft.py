@@ -228,6 +228,24 @@ def test_streaming_errors(rng):
         st.push(gp.from_numpy(rng.standard_normal((2, 100))))
     with pytest.raises(AudioValueError, match="no samples"):
         A.StreamingSTFT(64).flush()
+    with pytest.raises(AudioValueError, match="no frames"):
+        A.StreamingISTFT(64).flush()
+
+
+def test_streaming_empty_blocks(rng):
+    """Empty pushes (a real-time callback with nothing new) return empty outputs."""
+    y = rng.standard_normal((2, 900))
+    st = A.StreamingSTFT(128, 32)
+    parts = [st.push(gp.from_numpy(np.zeros((2, 0)))), st.push(gp.asarray(y[:, :400])), st.push(gp.from_numpy(np.zeros((2, 0))))]
+    parts += [st.push(gp.from_numpy(np.ascontiguousarray(y[:, 400:]))), st.flush()]
+    assert parts[0].shape == (2, 65, 0)
+    spec = np.concatenate([p.to_numpy() for p in parts], axis=-1)
+    assert rel_err(spec, A.stft(gp.from_numpy(y), 128, 32).to_numpy()) < 1e-12
+    ist = A.StreamingISTFT(128, 32)
+    outs = [ist.push(gp.asarray(np.zeros((2, 65, 0), np.complex128))), ist.push(gp.asarray(spec)), ist.flush()]
+    assert outs[0].shape == (2, 0)
+    back = np.concatenate([o.to_numpy() for o in outs], axis=-1)
+    assert rel_err(back, A.istft(gp.asarray(spec), 32).to_numpy()) < 1e-12
     with pytest.raises(AudioValueError, match="bins"):
         A.StreamingISTFT(64).push(gp.asarray(np.ones((10, 3), np.complex64) * (1 + 1j)))
 

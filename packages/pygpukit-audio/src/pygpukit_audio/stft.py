@@ -116,7 +116,7 @@ def istft(
         if isinstance(length, bool) or not isinstance(length, (int, np.integer)) or length < 0:
             raise AudioValueError(f"istft: length must be a non-negative integer or None, got {length!r}")
         out_len = int(length)
-        frames = min(frames, -(-(out_len + 2 * pad) // hop))
+        frames = max(1, min(frames, -(-(out_len + 2 * pad) // hop)))
         s = s[..., :frames]
     if torch_compat:
         _check_nola(win, hop, frames, pad, out_len)
@@ -133,28 +133,30 @@ def _int(op: str, name: str, v: Any, lo: int) -> int:
     return int(v)
 
 
-def signal(op: str, y: Any) -> gp.GPUArray:
-    """y as a finite float32 / float64 GPUArray of at least one axis and sample."""
+def signal(op: str, y: Any, empty: bool = False) -> gp.GPUArray:
+    """y as a finite float32 / float64 GPUArray of at least one axis and sample
+    (or none, with ``empty``: a streaming block)."""
     if not isinstance(y, gp.GPUArray):
         y = gp.asarray(np.asarray(y))
     if y.dtype.kind != "f":
         raise AudioTypeError(f"{op}: the signal must be floating point (float32 or float64), got {y.dtype}")
     if y.dtype.itemsize < 4:
         y = y.astype(np.float32)
-    if y.ndim == 0 or y.shape[-1] == 0:
+    if y.ndim == 0 or (y.shape[-1] == 0 and not empty):
         raise AudioValueError(f"{op}: the signal must have shape (..., samples) with at least one sample, got {y.shape}")
     if y.size and not bool(gp.all(gp.isfinite(y))):
         raise AudioValueError(f"{op}: the signal has non-finite samples (NaN or inf)")
     return y
 
 
-def spectrogram(op: str, s: Any) -> gp.GPUArray:
-    """s as a complex GPUArray (..., bins, frames) with at least one frame."""
+def spectrogram(op: str, s: Any, empty: bool = False) -> gp.GPUArray:
+    """s as a complex GPUArray (..., bins, frames) with at least one frame (or
+    none, with ``empty``: a streaming block)."""
     if not isinstance(s, gp.GPUArray):
         s = gp.asarray(np.asarray(s))
     if s.dtype.kind != "c":
         raise AudioTypeError(f"{op}: the STFT matrix must be complex (complex64 or complex128), got {s.dtype}")
-    if s.ndim < 2 or s.shape[-1] == 0 or s.shape[-2] == 0:
+    if s.ndim < 2 or (s.shape[-1] == 0 and not empty) or s.shape[-2] == 0:
         raise AudioValueError(f"{op}: the STFT matrix must have shape (..., bins, frames) with at least one of each, got {s.shape}")
     return s
 

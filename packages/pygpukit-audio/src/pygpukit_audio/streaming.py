@@ -68,7 +68,7 @@ class StreamingSTFT:
         """Append samples (..., k); returns the frames completed by them (possibly none)."""
         if self._done:
             raise AudioValueError("StreamingSTFT.push: the stream was flushed; make a new one")
-        block = signal("StreamingSTFT.push", block)
+        block = signal("StreamingSTFT.push", block, empty=True)
         if self._buf is None:
             self._buf = block
         else:
@@ -88,7 +88,7 @@ class StreamingSTFT:
         """End the stream: the remaining frames, with the end padding."""
         if self._done:
             raise AudioValueError("StreamingSTFT.flush: the stream was already flushed")
-        if self._buf is None:
+        if self._buf is None or self._received == 0:
             raise AudioValueError("StreamingSTFT.flush: no samples were pushed")
         if self._received + 2 * self._pad < self.n_fft:
             raise AudioValueError(
@@ -151,7 +151,7 @@ class StreamingISTFT:
         """Append STFT frames (..., bins, k); returns the samples no later frame changes."""
         if self._done:
             raise AudioValueError("StreamingISTFT.push: the stream was flushed; make a new one")
-        s = spectrogram("StreamingISTFT.push", frames)
+        s = spectrogram("StreamingISTFT.push", frames, empty=True)
         bins = self.n_fft // 2 + 1 if self.onesided else self.n_fft
         if s.shape[-2] != bins:
             raise AudioValueError(f"StreamingISTFT.push: frames must have {bins} bins for n_fft={self.n_fft}, got {s.shape[-2]}")
@@ -179,7 +179,7 @@ class StreamingISTFT:
         """End the stream: the remaining samples up to the offline length."""
         if self._done:
             raise AudioValueError("StreamingISTFT.flush: the stream was already flushed")
-        if self._spec is None:
+        if self._spec is None or self._count == 0:
             raise AudioValueError("StreamingISTFT.flush: no frames were pushed")
         out = self._emit(self.n_fft + self.hop * (self._count - 1) - self._pad)
         self._done = True
@@ -191,6 +191,8 @@ class StreamingISTFT:
         assert spec is not None
         n = max(0, end - self._emitted)
         rdt = np.dtype(spec.dtype.type(0).real.dtype)
+        if n == 0:
+            return gp.empty((*spec.shape[:-2], 0), rdt)
         win = device_window(self._win, rdt)
         out = _dispatch.op("istft")(spec, self.n_fft, self.hop, win, self._emitted - self._first * self.hop, n, self._scale)
         self._emitted += n
