@@ -41,8 +41,9 @@ def _install_packages(session: nox.Session, *extra: str) -> None:
 def tests(session: nox.Session) -> None:
     """All Python tests on the CPU backend, against the installed wheels (not the source tree)."""
     _install_packages(session)
-    # transformers: the reference of the tokenizer tests; safetensors: the llm tests write model directories with it
-    session.install("pytest>=8", "hypothesis>=6", "transformers>=4.45", "safetensors>=0.8")
+    # transformers: the reference of the tokenizer tests; safetensors: the llm tests write model directories with it;
+    # librosa (it brings scipy): the references of pygpukit-audio
+    session.install("pytest>=8", "hypothesis>=6", "transformers>=4.45", "safetensors>=0.8", "librosa>=0.10")
     env = {"PYGPUKIT_CACHE_DIR": str(ROOT / ".nox" / "kernel-cache")}
     session.run("pytest", "-q", *TEST_DIRS, f"--ignore={EXAMPLE_PLUGIN_TESTS}", *session.posargs, env=env)
     # a third-party plugin, built and installed now: discovery, listing, routing, disabling

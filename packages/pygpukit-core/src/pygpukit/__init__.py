@@ -474,7 +474,15 @@ __all__ = [
 
 def __getattr__(name: str) -> object:
     """``gp.nn``: the functional API of the separately installed pygpukit-nn
-    package (``pygpukit_nn.functional``), imported on first use."""
+    package (``pygpukit_nn.functional``); ``gp.fft``: pygpukit-audio's
+    numpy.fft-like module (``pygpukit_audio.fft``); each imported on first use."""
+    if name == "fft":
+        try:
+            from pygpukit_audio import fft
+        except ImportError as e:
+            raise AttributeError("pygpukit.fft needs the pygpukit-audio package: pip install pygpukit-audio") from e
+        globals()["fft"] = fft
+        return fft
     if name == "nn":
         try:
             from pygpukit_nn import functional

@@ -17,6 +17,7 @@ import pygpukit as gp
 
 from .. import _runtime
 from . import peers
+from .audio_fft import bench_audio_fft
 from .dispatch import bench_dispatch
 from .elementwise import bench_elementwise
 from .graphs import bench_graphs
@@ -287,6 +288,7 @@ SUITE = {
     "nn_sampling": bench_nn_sampling,
     "nn_attention": bench_nn_attention,
     "nn_decode": bench_nn_decode,
+    "audio_fft": bench_audio_fft,
     "sorting": bench_sorting,
     "scheduler": bench_scheduler,
     "transfer": bench_transfer,

@@ -1,0 +1,298 @@
+"""Launches of the FFT kernels (kernels/fft.cu) on the CUDA backend.
+
+``block`` runs one of the four transforms over rows addressed by strides
+(any axis, STFT frames) when one block can hold it: a Stockham transform for
+7-smooth lengths up to MAX_BLOCK, Bluestein's algorithm inside the block for
+the other lengths up to MAX_BLOCK / 2. ``c2c_rows`` does complex transforms
+of contiguous rows of any length: one block, two four-step passes, or
+Bluestein around either. ``transform`` is the op for an axis of an array.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from typing import Any
+
+import numpy as np
+
+import pygpukit as gp
+from pygpukit import _runtime
+
+from . import _fft_plan as plan
+
+LD_C2C, LD_REAL, LD_PAIRS, LD_HERM, LD_IRPRE = range(5)
+ST_C2C, ST_RPOST, ST_REAL, ST_IRPOST, ST_HALF = range(5)
+_REAL_T = {np.dtype(np.complex64): "float", np.dtype(np.complex128): "double"}
+_SIG = (
+    "const void* in, void* out, const void* tw, const void* rtw, const void* chirp, const void* bhat, const void* ptw, "
+    "const void* win, long long batch, long long inner, long long ibs, long long iis, long long ies, long long obs, "
+    "long long ois, long long oes, int L, long long ptw_n, double scale, long long shift, long long clip"
+)
+_STATIC_SMEM = 48 * 1024
+_THREADS = 256  # per block at most
+
+
+@functools.cache
+def _source() -> str:
+    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels", "fft.cu")) as f:
+        return f.read()
+
+
+def padded(m: int) -> int:
+    """Shared values of an m-point row (fft.cu's padded(): one per 16 against bank conflicts)."""
+    return m + (m >> 4)
+
+
+def geometry(m: int, item: int) -> tuple[int, int]:
+    """(threads per transform, transforms per block) of an m-point block
+    transform of ``item``-byte complex values: about 8 points per thread."""
+    t = max(1, min(_THREADS, m // 8))
+    tpb = max(1, _THREADS // t)
+    while tpb > 1 and tpb * padded(m) * item > _STATIC_SMEM:
+        tpb //= 2
+    return t, tpb
+
+
+@functools.cache
+def _block_kernel(
+    cdt: np.dtype, m: int, direction: int, load: int, store: int, blue: bool, lcols: bool = False, scols: bool = False
+) -> tuple[Any, int, int, int]:
+    """(kernel, threads, transforms per block, shared bytes) of one block transform;
+    lcols / scols: the column load / store mapping of the four-step passes."""
+    t, tpb = geometry(m, cdt.itemsize)
+    rad = "".join(f", {r}" for r in plan.radices(m) or ())
+    flags = ", ".join("true" if f else "false" for f in (blue, lcols, scols))
+    expr = f"pgk_fft::fft_block<{_REAL_T[cdt]}, {m}, {t}, {tpb}, {direction}, {load}, {store}, {flags}{rad}>"
+    kern = gp.jit(_source(), expr, signature=_SIG, name="fft.cu")
+    return kern, t, tpb, tpb * (padded(m) + (1 if lcols or scols else 0)) * cdt.itemsize
+
+
+_opted_in: set[tuple[int, int]] = set()
+
+
+def _launch_block(key: tuple, args: tuple, batch: int) -> None:
+    kern, t, tpb, smem = _block_kernel(*key)
+    if smem > _STATIC_SMEM:
+        rt = _runtime.get()
+        fn = kern._function(rt)
+        if (fn, smem) not in _opted_in:
+            rt.native.function_set_max_dynamic_shared_memory(fn, smem)
+            _opted_in.add((fn, smem))
+    kern((-(-batch // tpb), 1, 1), (t, tpb, 1), *args, shared_mem=smem)
+
+
+def modes(kind: str, n: int) -> tuple[int, int, int, int]:
+    """(direction, logical complex length L, load mode, store mode) of an
+    n-point transform; for the real transforms of even n, L = n / 2."""
+    if kind in ("fft", "ifft"):
+        return (-1 if kind == "fft" else 1), n, LD_C2C, ST_C2C
+    if kind == "rfft":
+        return (-1, n // 2, LD_PAIRS, ST_RPOST) if n % 2 == 0 else (-1, n, LD_REAL, ST_HALF)
+    return (1, n // 2, LD_IRPRE, ST_IRPOST) if n % 2 == 0 else (1, n, LD_HERM, ST_REAL)
+
+
+def block_length(L: int) -> tuple[int, bool] | None:
+    """(block size M, Bluestein?) when one block can do an L-point transform."""
+    if L <= plan.MAX_BLOCK and plan.radices(L) is not None:
+        return L, False
+    m = plan.bluestein_length(L)
+    return (m, True) if m <= plan.MAX_BLOCK else None
+
+
+def block(kind: str, src: Any, dst: Any, n: int, cdt: np.dtype, batch: int, irows: tuple, orows: tuple, scale: float, real_in: bool = False,
+          win: Any = None, clip: tuple[int, int] = (0, 0)) -> bool:  # fmt: skip
+    """One launch of an n-point ``kind`` transform over ``batch`` rows; rows
+    are (inner, outer stride, inner stride, element stride) in elements of
+    src / dst. ``real_in``: a real input of fft/ifft. ``clip`` = (row length,
+    shift): real rows start ``shift`` elements left of their stride's start
+    and read zeros outside [0, row length). False when no block plan exists
+    for n (nothing is launched)."""
+    direction, L, load, store = modes(kind, n)
+    if real_in:
+        load = LD_REAL
+    bl = block_length(L)
+    if bl is None:
+        return False
+    m, blue = bl
+    rtw = plan.table("rtw", L, cdt) if load in (LD_IRPRE,) or store == ST_RPOST else None
+    tw = plan.table("tw", m, cdt)
+    chirp = plan.table("chirp", L, cdt) if blue else None
+    bhat = plan.table("bhat", L, cdt, m) if blue else None
+    inner, ibs, iis, ies = irows
+    _, obs, ois, oes = orows
+    args = (src, dst, tw, rtw, chirp, bhat, None, win, batch, inner, ibs, iis, ies, obs, ois, oes, L, 1, scale, clip[1], clip[0])
+    _launch_block((cdt, m, direction, load, store, blue), args, batch)
+    return True
+
+
+# -- contiguous complex rows of any length -------------------------------------------
+
+
+_ELEMENTWISE_SIG = {
+    "chirp_in": "const void* x, const void* chirp, void* w, long long batch, int L, int M",
+    "mul_rows": "void* y, const void* v, long long batch, int M",
+    "chirp_out": "const void* y, const void* chirp, void* out, long long batch, int L, int M, double scale",
+    "rfft_post": "const void* z, const void* rtw, void* out, long long batch, int L, double scale",
+    "irfft_pre": "const void* X, const void* rtw, void* z, long long batch, int L",
+    "herm_expand": "const void* X, void* z, long long batch, int n",
+}
+
+
+@functools.cache
+def _elementwise(name: str, cdt: np.dtype, direction: int | None) -> Any:
+    tmpl = _REAL_T[cdt] if direction is None else f"{_REAL_T[cdt]}, {direction}"
+    return gp.jit(_source(), f"pgk_fft::{name}<{tmpl}>", signature=_ELEMENTWISE_SIG[name], name="fft.cu")
+
+
+def _grid(total: int) -> int:
+    return max(1, -(-total // 256))
+
+
+def supported(L: int) -> bool:
+    """Whether c2c_rows can do an L-point transform on the GPU."""
+    if block_length(L) is not None or plan.split(L) is not None:
+        return True
+    return plan.split(plan.bluestein_length(L)) is not None
+
+
+def c2c_rows(x: gp.GPUArray, direction: int, scale: float) -> gp.GPUArray:
+    """The transform of each contiguous row of complex x (batch, L)."""
+    batch, L = x.shape
+    cdt = x.dtype
+    out = gp.empty((batch, L), cdt)
+    if batch == 0 or L == 0:
+        return out
+    kind = "fft" if direction < 0 else "ifft"
+    if block(kind, x, out, L, cdt, batch, (1, L, 0, 1), (1, L, 0, 1), scale):
+        return out
+    sp = plan.split(L)
+    if sp is not None:
+        return _four_step(x, out, direction, scale, *sp)
+    m = plan.bluestein_length(L)
+    chirp, bhat = plan.table("chirp", L, cdt), plan.table("bhat", L, cdt, m)
+    w = gp.empty((batch, m), cdt)
+    _elementwise("chirp_in", cdt, direction)(_grid(batch * m), 256, x, chirp, w, batch, L, m)
+    w = c2c_rows(w, -1, 1.0)
+    _elementwise("mul_rows", cdt, direction)(_grid(batch * m), 256, w, bhat, batch, m)
+    w = c2c_rows(w, 1, 1.0)
+    _elementwise("chirp_out", cdt, direction)(_grid(batch * L), 256, w, chirp, out, batch, L, m, scale)
+    return out
+
+
+def _four_step(x: gp.GPUArray, out: gp.GPUArray, direction: int, scale: float, n1: int, n2: int) -> gp.GPUArray:
+    """X[k1 + n1 k2] = sum_j2 w^(j2 k1) W2^(j2 k2) sum_j1 x[j1 n2 + j2] W1^(j1 k1):
+    pass A does the n2 columns of n1 points and the twiddles, pass B the n1
+    rows of n2 points, writing the transposed order."""
+    batch, n = x.shape
+    cdt = x.dtype
+    tmp = gp.empty((batch, n), cdt)
+    ptw = plan.table("tw", n, cdt)
+    # adjacent rows of a pass are adjacent columns where it reads / writes with stride n2 / n1
+    for (m, src, dst, irows, orows, rows, tw, sc, lcols) in (
+        (n1, x, tmp, (n2, n, 1, n2), (n2, n, 1, n2), batch * n2, ptw, 1.0, True),
+        (n2, tmp, out, (n1, n, n2, 1), (n1, n, 1, n1), batch * n1, None, scale, False),
+    ):  # fmt: skip
+        inner, ibs, iis, ies = irows
+        _, obs, ois, oes = orows
+        args = (src, dst, plan.table("tw", m, cdt), None, None, None, tw, None, rows, inner, ibs, iis, ies, obs, ois, oes, m, n, sc, 0, 0)
+        _launch_block((cdt, m, direction, LD_C2C, ST_C2C, False, lcols, True), args, rows)
+    return out
+
+
+# -- the op over an axis --------------------------------------------------------------
+
+
+def groups(a: gp.GPUArray, axis: int) -> tuple[int, int, int, int, int] | None:
+    """(batch, inner, outer stride, inner stride, element stride) in elements,
+    when the axes before ``axis`` and those after it each collapse to one stride."""
+    item = a.dtype.itemsize
+    shape, strides = a.shape, [s // item for s in a.strides]
+    if any(s * item != t for s, t in zip(strides, a.strides)):
+        return None
+
+    def collapse(lo: int, hi: int) -> tuple[int, int] | None:
+        count, stride = 1, 0
+        for i in range(hi - 1, lo - 1, -1):
+            if shape[i] == 1:
+                continue
+            if count > 1 and strides[i] != stride * count:
+                return None
+            if count == 1:
+                stride = strides[i]
+            count *= shape[i]
+        return count, stride
+
+    outer, inner = collapse(0, axis), collapse(axis + 1, a.ndim)
+    if outer is None or inner is None:
+        return None
+    return outer[0] * inner[0], inner[0], outer[1], inner[1], strides[axis]
+
+
+def transform(kind: str, a: gp.GPUArray, n: int, axis: int, scale: float) -> gp.GPUArray:
+    """The n-point ``kind`` transform along ``axis`` of ``a``, already cropped or
+    padded to the input length and of a kernel dtype."""
+    cdt = plan.complex_dtype(a.dtype)
+    real_in = a.dtype.kind == "f"
+    out_len = n // 2 + 1 if kind == "rfft" else n
+    out_dt = cdt.type(0).real.dtype if kind == "irfft" else cdt
+    shape = a.shape[:axis] + (out_len,) + a.shape[axis + 1 :]
+    out = gp.empty(shape, out_dt)
+    if out.size == 0:
+        return out
+    if block_length(modes(kind, n)[1]) is not None:
+        g = groups(a, axis)
+        if g is None:
+            a = gp.ascontiguousarray(a)
+            g = groups(a, axis)
+        batch, inner, bs, is_, es = g
+        ostride = int(np.prod(shape[axis + 1 :], dtype=np.int64))
+        block(
+            kind,
+            a,
+            out,
+            n,
+            cdt,
+            batch,
+            (inner, bs, is_, es),
+            (inner, out_len * ostride, 1, ostride),
+            scale,
+            real_in and kind in ("fft", "ifft"),
+        )
+        return out
+    rows = gp.ascontiguousarray(gp.swapaxes(a, axis, -1))
+    lead = rows.shape[:-1]
+    rows = rows.reshape(-1, rows.shape[-1])
+    y = _rows(kind, rows, n, cdt, scale)
+    return gp.ascontiguousarray(gp.swapaxes(y.reshape(*lead, y.shape[-1]), axis, -1))
+
+
+def _as(a: gp.GPUArray, shape: tuple[int, ...], dt: np.dtype) -> gp.GPUArray:
+    """The same memory (contiguous) seen as another dtype."""
+    return gp.GPUArray._new(shape, np.dtype(dt), a._block, a._ptr, None)
+
+
+def _rows(kind: str, x: gp.GPUArray, n: int, cdt: np.dtype, scale: float) -> gp.GPUArray:
+    """A transform too long for one block, over contiguous rows x (batch, in_len)."""
+    batch = x.shape[0]
+    rdt = cdt.type(0).real.dtype
+    if kind in ("fft", "ifft"):
+        return c2c_rows(x.astype(cdt), -1 if kind == "fft" else 1, scale)
+    half = n // 2
+    if kind == "rfft" and n % 2 == 0:
+        if x._ptr % cdt.itemsize:  # the pairs are read as complex values: align them
+            x = x.copy()
+        z = c2c_rows(_as(x, (batch, half), cdt), -1, 1.0)
+        out = gp.empty((batch, half + 1), cdt)
+        _elementwise("rfft_post", cdt, None)(_grid(batch * (half + 1)), 256, z, plan.table("rtw", half, cdt), out, batch, half, scale)
+        return out
+    if kind == "rfft":
+        return gp.ascontiguousarray(c2c_rows(x.astype(cdt), -1, scale)[:, : half + 1])
+    if n % 2 == 0:
+        z = gp.empty((batch, half), cdt)
+        _elementwise("irfft_pre", cdt, None)(_grid(batch * half), 256, x, plan.table("rtw", half, cdt), z, batch, half)
+        y = c2c_rows(z, 1, scale)
+        return _as(y, (batch, n), rdt)
+    z = gp.empty((batch, n), cdt)
+    _elementwise("herm_expand", cdt, None)(_grid(batch * n), 256, x, z, batch, n)
+    return gp.ascontiguousarray(c2c_rows(z, 1, scale).real)

@@ -1,0 +1,401 @@
+// FFT kernels of pygpukit-audio (no cuFFT).
+//
+// fft_block: TPB transforms per block, each of M points held in shared memory,
+// done by Stockham autosort stages of radix 8/4/2/3/5/7 (the radices are a
+// template pack, planned on the host, so every stage is unrolled with constant
+// strides). Each stage reads its butterflies into registers, syncs, and writes
+// them back in place: one shared buffer of M values per transform.
+//
+// Rows are addressed as base(b) + j * es with base(b) = (b / inner) * bs +
+// (b % inner) * is, so one kernel serves contiguous rows, any axis, the
+// columns of a four-step pass and the frames of an STFT (a frame is a row of
+// the padded signal starting at t * hop). Real inputs and outputs are
+// addressed in real elements, complex ones in complex elements. Real loads
+// may shift each row's start left and read zeros outside the row (clip > 0):
+// a centred STFT's constant padding without a padded copy of the signal.
+//
+// Load modes (what becomes the M-point complex input):
+//   LD_C2C    complex rows
+//   LD_REAL   real rows (imaginary part 0), times an optional window
+//   LD_PAIRS  real rows of 2L as L complex (x[2j], x[2j+1]), times an optional
+//             window: the half-length transform of an even rfft
+//   LD_HERM   n/2+1 Hermitian bins expanded to n (odd irfft)
+//   LD_IRPRE  n/2+1 bins folded into the n/2-point input of an even irfft
+// Store modes:
+//   ST_C2C    complex rows, times an optional four-step twiddle w^(inner * k)
+//   ST_RPOST  the n/2+1 bins of an even rfft from its half-length transform
+//   ST_REAL   the real part (odd irfft)
+//   ST_IRPOST z_j as (x[2j], x[2j+1]) (even irfft)
+//   ST_HALF   the first L/2+1 bins (odd rfft)
+// With BLUE the M-point transform runs Bluestein's algorithm for a length
+// L < M: input times the chirp, forward FFT, times bhat (the FFT of the
+// conjugate chirp, 1/M folded in), inverse FFT, times the chirp.
+// Twiddle tables are computed in double precision on the host.
+
+#include "pgk/types.cuh"
+
+namespace pgk_fft {
+
+using pgk::complex;
+
+enum { LD_C2C = 0, LD_REAL = 1, LD_PAIRS = 2, LD_HERM = 3, LD_IRPRE = 4 };
+enum { ST_C2C = 0, ST_RPOST = 1, ST_REAL = 2, ST_IRPOST = 3, ST_HALF = 4 };
+
+template <class R> __device__ __forceinline__ complex<R> conj(complex<R> a) { return {a.re, -a.im}; }
+template <class R> __device__ __forceinline__ complex<R> scale(complex<R> a, R s) { return {a.re * s, a.im * s}; }
+// a * i^DIR: times -i for the forward (DIR = -1) and +i for the inverse transform.
+template <int DIR, class R> __device__ __forceinline__ complex<R> rot(complex<R> a) {
+  return DIR < 0 ? complex<R>(a.im, -a.re) : complex<R>(-a.im, a.re);
+}
+// A twiddle w (forward sign) for direction DIR.
+template <int DIR, class R> __device__ __forceinline__ complex<R> dir(complex<R> w) { return DIR < 0 ? w : conj(w); }
+
+// cos and sin of 2 pi m / r for the odd radices, from a half table by symmetry.
+__device__ __forceinline__ double root_cos(int r, int m) {
+  if (m > r / 2) m = r - m;
+  if (r == 3) return m == 0 ? 1.0 : -0.5;
+  if (r == 5) return m == 0 ? 1.0 : m == 1 ? 0.30901699437494745 : -0.8090169943749475;
+  return m == 0 ? 1.0 : m == 1 ? 0.6234898018587336 : m == 2 ? -0.22252093395631434 : -0.9009688679024191;
+}
+__device__ __forceinline__ double root_sin(int r, int m) {
+  const double sign = m > r / 2 ? -1.0 : 1.0;
+  if (m > r / 2) m = r - m;
+  if (r == 3) return m == 0 ? 0.0 : sign * 0.8660254037844386;
+  if (r == 5) return m == 0 ? 0.0 : sign * (m == 1 ? 0.9510565162951535 : 0.5877852522924732);
+  return m == 0 ? 0.0 : sign * (m == 1 ? 0.7818314824680298 : m == 2 ? 0.9749279121818236 : 0.43388373911755823);
+}
+
+template <int DIR, class R> __device__ __forceinline__ void dft4(complex<R>& a, complex<R>& b, complex<R>& c, complex<R>& d) {
+  const complex<R> t0 = a + c, t1 = a - c, t2 = b + d, t3 = rot<DIR>(b - d);
+  a = t0 + t2;
+  b = t1 + t3;
+  c = t0 - t2;
+  d = t1 - t3;
+}
+
+// In-register DFT of RADIX points with the sign of DIR.
+template <int RADIX, int DIR, class R> __device__ __forceinline__ void dft(complex<R> (&u)[RADIX]) {
+  if constexpr (RADIX == 2) {
+    const complex<R> t = u[0] - u[1];
+    u[0] = u[0] + u[1];
+    u[1] = t;
+  } else if constexpr (RADIX == 4) {
+    dft4<DIR>(u[0], u[1], u[2], u[3]);
+  } else if constexpr (RADIX == 8) {
+    // Two 4-point DFTs (even and odd points) joined by the 8th roots of unity.
+    complex<R> e0 = u[0], e1 = u[2], e2 = u[4], e3 = u[6], o0 = u[1], o1 = u[3], o2 = u[5], o3 = u[7];
+    dft4<DIR>(e0, e1, e2, e3);
+    dft4<DIR>(o0, o1, o2, o3);
+    const R h = R(0.70710678118654752440);
+    const R s = R(DIR);
+    o1 = complex<R>(h * (o1.re - s * o1.im), h * (o1.im + s * o1.re));
+    o2 = rot<DIR>(o2);
+    o3 = complex<R>(h * (-o3.re - s * o3.im), h * (-o3.im + s * o3.re));
+    u[0] = e0 + o0; u[4] = e0 - o0;
+    u[1] = e1 + o1; u[5] = e1 - o1;
+    u[2] = e2 + o2; u[6] = e2 - o2;
+    u[3] = e3 + o3; u[7] = e3 - o3;
+  } else {
+    complex<R> y[RADIX];
+#pragma unroll
+    for (int k = 0; k < RADIX; ++k) {
+      complex<R> acc = u[0];
+#pragma unroll
+      for (int q = 1; q < RADIX; ++q) {
+        const int m = (q * k) % RADIX;
+        const R c = R(root_cos(RADIX, m)), s = R(DIR * root_sin(RADIX, m));
+        acc = acc + complex<R>(u[q].re * c - u[q].im * s, u[q].re * s + u[q].im * c);
+      }
+      y[k] = acc;
+    }
+#pragma unroll
+    for (int k = 0; k < RADIX; ++k) u[k] = y[k];
+  }
+}
+
+// Shared index of point i of a row: one value of padding per 16 spreads the
+// strided accesses of the stages over the banks (host: _fft_launch.padded).
+__device__ __forceinline__ int sx(int i) { return i + (i >> 4); }
+__host__ __device__ constexpr int padded(int m) { return m + (m >> 4); }
+
+// One Stockham stage (P: points of the sub-transforms done so far) over the
+// M-point row s; tw[t] = exp(-2 pi i t / M).
+template <class R, int M, int T, int DIR, int P, int RADIX>
+__device__ __forceinline__ void stage(complex<R>* s, const complex<R>* __restrict__ tw, int tid) {
+  constexpr int NB = M / RADIX;
+  constexpr int IT = (NB + T - 1) / T;
+  constexpr int STRIDE = M / (P * RADIX);
+  complex<R> u[IT][RADIX];
+#pragma unroll
+  for (int it = 0; it < IT; ++it) {
+    const int i = tid + it * T;
+    if (NB % T == 0 || i < NB) {
+#pragma unroll
+      for (int q = 0; q < RADIX; ++q) u[it][q] = s[sx(i + q * NB)];
+    }
+  }
+  __syncthreads();
+#pragma unroll
+  for (int it = 0; it < IT; ++it) {
+    const int i = tid + it * T;
+    if (NB % T == 0 || i < NB) {
+      const int k = i % P;
+      if (P > 1) {
+#pragma unroll
+        for (int q = 1; q < RADIX; ++q) u[it][q] = u[it][q] * dir<DIR>(tw[q * k * STRIDE]);
+      }
+      dft<RADIX, DIR>(u[it]);
+      const int j = (i - k) * RADIX + k;
+#pragma unroll
+      for (int q = 0; q < RADIX; ++q) s[sx(j + q * P)] = u[it][q];
+    }
+  }
+  __syncthreads();
+}
+
+template <class R, int M, int T, int DIR, int P>
+__device__ __forceinline__ void stages(complex<R>*, const complex<R>* __restrict__, int) {}
+
+template <class R, int M, int T, int DIR, int P, int RADIX, int... REST>
+__device__ __forceinline__ void stages(complex<R>* s, const complex<R>* __restrict__ tw, int tid) {
+  stage<R, M, T, DIR, P, RADIX>(s, tw, tid);
+  stages<R, M, T, DIR, P * RADIX, REST...>(s, tw, tid);
+}
+
+struct Rows {
+  long long inner, bs, is, es;
+  __device__ __forceinline__ long long base(long long b) const { return (b / inner) * bs + (b % inner) * is; }
+};
+
+// A real sample at base + off, or 0 where the in-row index r0 + off falls
+// outside [0, clip) (clip > 0: the zero padding of a centred STFT, read
+// virtually instead of padding the signal).
+template <class R> __device__ __forceinline__ R real_at(const R* x, long long base, long long r0, long long off, long long clip) {
+  return clip > 0 && (r0 + off < 0 || r0 + off >= clip) ? R(0) : x[base + off];
+}
+
+// Element j (< L) of the complex input of transform b, by load mode.
+template <int LOAD, class R>
+__device__ __forceinline__ complex<R> load(const void* in, const R* __restrict__ win, const complex<R>* __restrict__ rtw,
+                                           long long base, long long es, int j, int L, long long r0 = 0, long long clip = 0) {
+  if constexpr (LOAD == LD_C2C) {
+    return static_cast<const complex<R>*>(in)[base + j * es];
+  } else if constexpr (LOAD == LD_REAL) {
+    const R v = real_at(static_cast<const R*>(in), base, r0, j * es, clip);
+    return complex<R>(win ? v * win[j] : v, R(0));
+  } else if constexpr (LOAD == LD_PAIRS) {
+    const R* x = static_cast<const R*>(in);
+    const long long off = 2LL * j * es;
+    R a, b;
+    const R* p = x + base + off;  // not read unless inside the row
+    if (es == 1 && (reinterpret_cast<size_t>(p) & (2 * sizeof(R) - 1)) == 0 && (clip <= 0 || (r0 + off >= 0 && r0 + off + 1 < clip))) {
+      const complex<R> v = *reinterpret_cast<const complex<R>*>(p);  // one aligned 2-wide load
+      a = v.re;
+      b = v.im;
+    } else {
+      a = real_at(x, base, r0, off, clip);
+      b = real_at(x, base, r0, off + es, clip);
+    }
+    if (win) {
+      a *= win[2 * j];
+      b *= win[2 * j + 1];
+    }
+    return complex<R>(a, b);
+  } else {
+    const complex<R>* X = static_cast<const complex<R>*>(in);
+    if constexpr (LOAD == LD_HERM) {  // L odd; X_0's imaginary part is ignored, as NumPy does
+      if (j == 0) return complex<R>(X[base].re, R(0));
+      return j <= L / 2 ? X[base + j * es] : conj(X[base + (L - j) * es]);
+    } else {  // LD_IRPRE: L = n/2; Z_k = (a + b) + i (a - b) conj(w_k), a = X_k, b = conj(X_{L-k})
+      complex<R> a = X[base + j * es], b = conj(X[base + (L - j) * es]);
+      if (j == 0) {  // the imaginary parts of the DC and Nyquist bins are ignored
+        a.im = R(0);
+        b.im = R(0);
+      }
+      const complex<R> d = a - b, w = conj(rtw[j]);
+      return (a + b) + complex<R>(-(d.re * w.im + d.im * w.re), d.re * w.re - d.im * w.im);
+    }
+  }
+}
+
+// Writes the finished transform z (L points in shared memory) of row b.
+template <int STORE, class R>
+__device__ __forceinline__ void store(void* out, const complex<R>* z, const complex<R>* __restrict__ rtw, const complex<R>* __restrict__ ptw,
+                                      long long ptw_n, int DIRS, long long inner_idx, long long base, long long es, int L, R sc, int tid,
+                                      int T) {
+  if constexpr (STORE == ST_C2C) {
+    complex<R>* o = static_cast<complex<R>*>(out);
+    for (int k = tid; k < L; k += T) {
+      complex<R> v = scale(z[sx(k)], sc);
+      if (ptw) {
+        const complex<R> w = ptw[(inner_idx * k) % ptw_n];
+        v = v * (DIRS < 0 ? w : conj(w));
+      }
+      o[base + k * es] = v;
+    }
+  } else if constexpr (STORE == ST_RPOST) {
+    complex<R>* o = static_cast<complex<R>*>(out);
+    for (int k = tid; k <= L; k += T) {
+      const complex<R> a = z[sx(k == L ? 0 : k)], b = conj(z[sx(k == 0 ? 0 : L - k)]);
+      const complex<R> e = a + b, od = rot<-1>(a - b);  // 2E_k and 2O_k
+      o[base + k * es] = scale(e + od * rtw[k], R(0.5) * sc);
+    }
+  } else if constexpr (STORE == ST_REAL) {
+    R* o = static_cast<R*>(out);
+    for (int k = tid; k < L; k += T) o[base + k * es] = z[sx(k)].re * sc;
+  } else if constexpr (STORE == ST_IRPOST) {
+    R* o = static_cast<R*>(out);
+    for (int k = tid; k < L; k += T) {
+      const complex<R> v = z[sx(k)];
+      o[base + 2LL * k * es] = v.re * sc;
+      o[base + (2LL * k + 1) * es] = v.im * sc;
+    }
+  } else {  // ST_HALF
+    complex<R>* o = static_cast<complex<R>*>(out);
+    for (int k = tid; k <= L / 2; k += T) o[base + k * es] = scale(z[sx(k)], sc);
+  }
+}
+
+template <class R, int M, int T, int DIR, int... RADICES>
+__device__ __forceinline__ void transform(complex<R>* s, const complex<R>* __restrict__ tw, int tid) {
+  stages<R, M, T, DIR, 1, RADICES...>(s, tw, tid);
+}
+
+// One block: blockDim = (T, TPB); row b = blockIdx.x * TPB + threadIdx.y.
+// L: the logical length (M unless BLUE); rtw: exp(-2 pi i k / 2L), k <= L (the
+// even real transforms); chirp/bhat: Bluestein's tables for direction DIR.
+// LCOLS / SCOLS (complex rows of M points only): the block loads / stores its
+// TPB rows together with the row index fastest across the lanes, so that
+// rows which are adjacent columns of a four-step pass move in whole sectors;
+// shared rows are then one value longer against bank conflicts.
+template <class R, int M, int T, int TPB, int DIR, int LOAD, int STORE, bool BLUE, bool LCOLS, bool SCOLS, int... RADICES>
+__global__ void __launch_bounds__(T * TPB) fft_block(
+    const void* in, void* out, const void* tw_, const void* rtw_, const void* chirp_, const void* bhat_, const void* ptw_,
+    const void* win_, long long batch, long long inner, long long ibs, long long iis, long long ies, long long obs, long long ois,
+    long long oes, int L, long long ptw_n, double scale_, long long shift, long long clip) {
+  static_assert(!LCOLS || (LOAD == LD_C2C && !BLUE), "column loads take complex rows of M points");
+  static_assert(!SCOLS || (STORE == ST_C2C && !BLUE), "column stores write complex rows of M points");
+  constexpr int MS = padded(M) + (LCOLS || SCOLS ? 1 : 0);  // shared row stride
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  complex<R>* s0 = reinterpret_cast<complex<R>*>(smem_raw);
+  complex<R>* s = s0 + threadIdx.y * MS;
+  const complex<R>* tw = static_cast<const complex<R>*>(tw_);
+  const complex<R>* rtw = static_cast<const complex<R>*>(rtw_);
+  const complex<R>* chirp = static_cast<const complex<R>*>(chirp_);
+  const complex<R>* bhat = static_cast<const complex<R>*>(bhat_);
+  const complex<R>* ptw = static_cast<const complex<R>*>(ptw_);
+  const R* win = static_cast<const R*>(win_);
+  const int tid = threadIdx.x;
+  const long long b = (long long)blockIdx.x * TPB + threadIdx.y;
+  const bool valid = b < batch;  // invalid rows still take part in every barrier
+  // In the column mappings thread l handles row l % TPB (fixed, as T * TPB is a
+  // multiple of TPB) and the points l / TPB + i * T.
+  const int lin = threadIdx.y * T + threadIdx.x;
+  const int crow = lin % TPB;
+  const long long cb = (long long)blockIdx.x * TPB + crow;
+  if constexpr (LCOLS) {
+    const complex<R>* x = static_cast<const complex<R>*>(in);
+    const long long base = cb < batch ? (cb / inner) * ibs + (cb % inner) * iis : 0;
+    for (int j = lin / TPB; j < M; j += T) s0[crow * MS + sx(j)] = cb < batch ? x[base + j * ies] : complex<R>(R(0), R(0));
+  } else {
+    // rows start at (b / inner) * ibs + r0 with in-row index r0 = (b % inner) * iis - shift
+    const long long r0 = valid ? (b % inner) * iis - shift : 0;
+    const long long ib = valid ? (b / inner) * ibs + r0 : 0;
+    for (int j = tid; j < M; j += T) {
+      complex<R> v(R(0), R(0));
+      if (valid && j < L) v = load<LOAD, R>(in, win, rtw, ib, ies, j, L, r0, clip);
+      if (BLUE && j < L) v = v * dir<DIR>(chirp[j]);
+      s[sx(j)] = v;
+    }
+  }
+  __syncthreads();
+  if constexpr (BLUE) {
+    transform<R, M, T, -1, RADICES...>(s, tw, tid);
+    for (int j = tid; j < M; j += T) s[sx(j)] = s[sx(j)] * dir<DIR>(bhat[j]);
+    __syncthreads();
+    transform<R, M, T, 1, RADICES...>(s, tw, tid);
+    for (int j = tid; j < L; j += T) s[sx(j)] = s[sx(j)] * dir<DIR>(chirp[j]);
+    __syncthreads();
+  } else {
+    transform<R, M, T, DIR, RADICES...>(s, tw, tid);
+  }
+  if constexpr (SCOLS) {
+    if (cb < batch) {
+      complex<R>* o = static_cast<complex<R>*>(out);
+      const long long base = (cb / inner) * obs + (cb % inner) * ois, col = cb % inner;
+      for (int k = lin / TPB; k < M; k += T) {
+        complex<R> v = scale(s0[crow * MS + sx(k)], R(scale_));
+        if (ptw) v = v * dir<DIR>(ptw[(col * k) % ptw_n]);
+        o[base + k * oes] = v;
+      }
+    }
+  } else if (valid) {
+    const Rows orow{inner, obs, ois, oes};
+    store<STORE, R>(out, s, rtw, ptw, ptw_n, DIR, b % inner, orow.base(b), oes, L, R(scale_), tid, T);
+  }
+}
+
+// -- elementwise steps of the transforms too long for one block -------------------
+
+// w[b, j] = x[b, j] * chirp_j for j < L, 0 up to M (rows of x are contiguous).
+template <class R, int DIR>
+__global__ void chirp_in(const complex<R>* __restrict__ x, const complex<R>* __restrict__ chirp, complex<R>* __restrict__ w,
+                         long long batch, int L, int M) {
+  const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= batch * M) return;
+  const long long b = i / M;
+  const int j = int(i % M);
+  w[i] = j < L ? x[b * L + j] * dir<DIR>(chirp[j]) : complex<R>(R(0), R(0));
+}
+
+// y[b, k] *= v_k over rows of M.
+template <class R, int DIR>
+__global__ void mul_rows(complex<R>* __restrict__ y, const complex<R>* __restrict__ v, long long batch, int M) {
+  const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < batch * M) y[i] = y[i] * dir<DIR>(v[i % M]);
+}
+
+// out[b, k] = scale * y[b, k] * chirp_k for k < L.
+template <class R, int DIR>
+__global__ void chirp_out(const complex<R>* __restrict__ y, const complex<R>* __restrict__ chirp, complex<R>* __restrict__ out,
+                          long long batch, int L, int M, double scale_) {
+  const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= batch * L) return;
+  const long long b = i / L;
+  const int k = int(i % L);
+  out[i] = scale(y[b * M + k] * dir<DIR>(chirp[k]), R(scale_));
+}
+
+// Even rfft of 2L points from the L-point transform z: out[b, k], k <= L.
+template <class R>
+__global__ void rfft_post(const complex<R>* __restrict__ z, const complex<R>* __restrict__ rtw, complex<R>* __restrict__ out,
+                          long long batch, int L, double scale_) {
+  const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= batch * (L + 1)) return;
+  const long long b = i / (L + 1);
+  const int k = int(i % (L + 1));
+  const complex<R>* zr = z + b * L;
+  const complex<R> a = zr[k == L ? 0 : k], c = conj(zr[k == 0 ? 0 : L - k]);
+  out[i] = scale((a + c) + rot<-1>(a - c) * rtw[k], R(0.5 * scale_));
+}
+
+// The L-point input of an even irfft of 2L points from X[b, 0..L].
+template <class R>
+__global__ void irfft_pre(const complex<R>* __restrict__ X, const complex<R>* __restrict__ rtw, complex<R>* __restrict__ z,
+                          long long batch, int L) {
+  const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= batch * L) return;
+  const long long b = i / L;
+  z[i] = load<LD_IRPRE, R>(X, nullptr, rtw, b * (L + 1), 1, int(i % L), L);
+}
+
+// The n Hermitian-symmetric points of an odd irfft from X[b, 0..n/2].
+template <class R>
+__global__ void herm_expand(const complex<R>* __restrict__ X, complex<R>* __restrict__ z, long long batch, int n) {
+  const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= batch * n) return;
+  const long long b = i / n;
+  z[i] = load<LD_HERM, R>(X, nullptr, nullptr, b * (n / 2 + 1), 1, int(i % n), n);
+}
+
+}  // namespace pgk_fft

@@ -1,0 +1,27 @@
+"""The audio plugin's hooks: every module of the package that defines ops
+registers them (a reference on every backend and, where it has one, its CUDA
+kernel above the reference) through its register(registry)."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from pygpukit.plugins import PluginInfo, hookimpl
+
+from . import __version__
+
+# The modules that define ops, in registration order; each has register(registry).
+# Imported by name: the package exports functions named like some of them (stft).
+MODULES = tuple(importlib.import_module(f"{__package__}.{name}") for name in ("fft", "stft"))
+
+
+@hookimpl
+def pygpukit_plugin_info() -> PluginInfo:
+    return PluginInfo("pygpukit-audio", __version__, "FFT (fft, ifft, rfft, irfft), STFT and ISTFT")
+
+
+@hookimpl
+def pygpukit_register_ops(registry: Any) -> None:
+    for module in MODULES:
+        module.register(registry)
