@@ -72,8 +72,8 @@ def resample_poly(
 
 def resample(x: Any, orig_sr: Any, target_sr: Any, axis: int = -1) -> gp.GPUArray:
     """Resample from ``orig_sr`` to ``target_sr`` (integer rates) with resample_poly."""
-    orig = _rate("orig_sr", orig_sr)
-    target = _rate("target_sr", target_sr)
+    orig = rate("resample", "orig_sr", orig_sr)
+    target = rate("resample", "target_sr", target_sr)
     g = math.gcd(orig, target)
     return resample_poly(x, target // g, orig // g, axis=axis)
 
@@ -81,10 +81,11 @@ def resample(x: Any, orig_sr: Any, target_sr: Any, axis: int = -1) -> gp.GPUArra
 # -- the filter --------------------------------------------------------------------
 
 
-def _rate(name: str, v: Any) -> int:
+def rate(fn: str, name: str, v: Any) -> int:
+    """A sampling rate: a positive integer (an integral float is taken)."""
     if isinstance(v, (float, np.floating)) and float(v).is_integer():
         v = int(v)
-    return _dsp.integer("resample", name, v, 1)
+    return _dsp.integer(fn, name, v, 1)
 
 
 def window_values(fn: str, window: Any, m: int) -> np.ndarray:
