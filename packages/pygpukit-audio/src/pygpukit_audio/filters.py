@@ -69,9 +69,9 @@ def sosfilt_zi(sos: Any) -> np.ndarray:
     zi = np.empty((coef.shape[0], 2))
     scale = 1.0
     for s, (b0, b1, b2, _, a1, a2) in enumerate(coef):
-        gain = (b0 + b1 + b2) / (1.0 + a1 + a2)
-        if not np.isfinite(gain):
+        if 1.0 + a1 + a2 == 0.0:
             raise SignalError(f"sosfilt_zi: section {s} has a pole at z = 1 (no steady state)")
+        gain = (b0 + b1 + b2) / (1.0 + a1 + a2)
         # the delays of transposed direct form II when input 1 gives output `gain`
         zi[s] = scale * (gain - b0), scale * (b2 - a2 * gain)
         scale *= gain
