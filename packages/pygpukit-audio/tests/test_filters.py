@@ -44,7 +44,7 @@ def test_sosfilt_zi_axes_and_batches(rng):
     sos = ss.ellip(6, 1.0, 60.0, 0.2, output="sos")
     for shape, axis in [((4, 5, 257), -1), ((300, 3), 0), ((2, 999, 3), 1), ((1,), 0), ((40,), -1)]:
         x = rng.standard_normal(shape)
-        zshape = (3, *shape[:axis % len(shape)], 2, *shape[axis % len(shape) + 1 :])
+        zshape = (3, *shape[: axis % len(shape)], 2, *shape[axis % len(shape) + 1 :])
         zi = rng.standard_normal(zshape)
         y, zf = filters.sosfilt(sos, gp.asarray(x), axis=axis, zi=gp.asarray(zi))
         ry, rzf = ss.sosfilt(sos, x, axis=axis, zi=zi)
@@ -99,7 +99,9 @@ def test_scan_tables_twin(rng):
             cur = p @ cur + ends[j]
             starts[j + 1] = cur
     starts[0] = zi[0]
-    y = np.concatenate([filters._run_cascade(flat, x[:, c * length : (c + 1) * length], starts[c : c + 1].copy()) for c in range(chunks)], 1)
+    y = np.concatenate(
+        [filters._run_cascade(flat, x[:, c * length : (c + 1) * length], starts[c : c + 1].copy()) for c in range(chunks)], 1
+    )
     assert g > 1 and rel_err(y, ss.sosfilt(sos, x, zi=zi.reshape(3, 1, 2))[0]) < 1e-9
     assert filters.chunk_length(16, 960_000) == 128 and filters.chunk_length(1, 1000) == 32
 

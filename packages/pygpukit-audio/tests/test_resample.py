@@ -64,7 +64,9 @@ def test_resample_rates(rng):
 
 def test_filter_design_matches_firwin():
     for taps, cutoff, window in [(8821, 1 / 441, ("kaiser", 5.0)), (61, 1 / 3, "hann"), (20, 0.3, "blackman")]:
-        np.testing.assert_allclose(resample.firwin_lowpass(taps, cutoff, window), ss.firwin(taps, cutoff, window=window), rtol=1e-10, atol=1e-15)
+        np.testing.assert_allclose(
+            resample.firwin_lowpass(taps, cutoff, window), ss.firwin(taps, cutoff, window=window), rtol=1e-10, atol=1e-15
+        )
     table = resample.polyphase_table(np.arange(1.0, 8.0), 3)
     assert table.tolist() == [[1, 2, 3], [4, 5, 6], [7, 0, 0]]
 

@@ -91,7 +91,9 @@ def spectral_rolloff(S: Any, sr: float = 22050, freq: Any = None, roll_percent: 
     return gp.min(gp.where(total < threshold, np.inf, f), axis=-2, keepdims=True).astype(S.dtype)
 
 
-def load(path: Any, sr: Any = None, mono: bool = True, dtype: Any = gp.float32, offset: float = 0.0, duration: float | None = None) -> tuple[gp.GPUArray, int]:
+def load(
+    path: Any, sr: Any = None, mono: bool = True, dtype: Any = gp.float32, offset: float = 0.0, duration: float | None = None
+) -> tuple[gp.GPUArray, int]:
     """Read an audio file into a GPUArray: (samples, rate), as librosa.load."""
     fn = "load"
     try:
@@ -110,8 +112,8 @@ def load(path: Any, sr: Any = None, mono: bool = True, dtype: Any = gp.float32, 
     try:
         with soundfile.SoundFile(path) as f:
             native = int(f.samplerate)
-            f.seek(min(int(round(offset * native)), f.frames))
-            frames = -1 if duration is None else int(round(float(duration) * native))
+            f.seek(min(round(offset * native), f.frames))
+            frames = -1 if duration is None else round(float(duration) * native)
             data = f.read(frames, dtype=dt.name, always_2d=True)
     except (RuntimeError, OSError, soundfile.LibsndfileError) as e:
         raise SignalError(f"{fn}: soundfile cannot read {path!r}: {e}") from e

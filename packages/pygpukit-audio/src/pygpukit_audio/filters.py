@@ -316,7 +316,9 @@ def kernel_fir_filter_rows(rows: gp.GPUArray, taps: np.ndarray) -> gp.GPUArray:
     k = taps.size
     y = gp.empty((r, n), rows.dtype)
     smem = (2 * k - 1 + _FIR_OUT) * rows.dtype.itemsize
-    fir_kernel(_dsp.CTYPES[rows.dtype])((-(-n // _FIR_OUT), r), _FIR_THREADS, rows, n, n, gp.asarray(taps.astype(rows.dtype)), k, y, shared_mem=smem)
+    fir_kernel(_dsp.CTYPES[rows.dtype])(
+        (-(-n // _FIR_OUT), r), _FIR_THREADS, rows, n, n, gp.asarray(taps.astype(rows.dtype)), k, y, shared_mem=smem
+    )
     return y
 
 

@@ -332,5 +332,6 @@ def register(registry: Any) -> None:
     registry.define(op, nkey=1, doc="power_to_db of magnitudes with a resolved reference (the layout power_to_db passes)")
     for backend in ("cuda", "cpu"):
         registry.register(op, reference_power_to_db, backend=backend, name="reference")
-    registry.register(op, kernel_power_to_db, backend="cuda", dtypes=["float32", "float64"], priority=10, predicate=_db_kernel_takes, name="kernel")
-
+    registry.register(
+        op, kernel_power_to_db, backend="cuda", dtypes=["float32", "float64"], priority=10, predicate=_db_kernel_takes, name="kernel"
+    )

@@ -151,7 +151,9 @@ def _background(rows: gp.GPUArray, padtype: str) -> gp.GPUArray:
 # -- reference (any backend) ---------------------------------------------------------------
 
 
-def reference_resample_poly_rows(rows: gp.GPUArray, table: np.ndarray, up: int, down: int, half: int, nout: int, cval: float) -> gp.GPUArray:
+def reference_resample_poly_rows(
+    rows: gp.GPUArray, table: np.ndarray, up: int, down: int, half: int, nout: int, cval: float
+) -> gp.GPUArray:
     x = rows.to_numpy().astype(np.float64)
     r, n = x.shape
     ntaps = table.shape[0]
