@@ -39,7 +39,8 @@ def _install_packages(session: nox.Session, *extra: str) -> None:
 def tests(session: nox.Session) -> None:
     """All Python tests on the CPU backend, against the installed wheels (not the source tree)."""
     _install_packages(session)
-    session.install("pytest>=8", "hypothesis>=6")
+    # scipy, librosa, soundfile: the references of pygpukit-audio's tests (and load's reader)
+    session.install("pytest>=8", "hypothesis>=6", "scipy>=1.11", "librosa>=0.10", "soundfile>=0.12")
     env = {"PYGPUKIT_CACHE_DIR": str(ROOT / ".nox" / "kernel-cache")}
     session.run("pytest", "-q", *TEST_DIRS, f"--ignore={EXAMPLE_PLUGIN_TESTS}", *session.posargs, env=env)
     # a third-party plugin, built and installed now: discovery, listing, routing, disabling

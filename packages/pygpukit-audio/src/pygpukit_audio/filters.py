@@ -288,25 +288,33 @@ def scan_tables(flat: np.ndarray, length: int, chunks: int) -> tuple[np.ndarray,
     return p, np.stack(q), g
 
 
+@functools.lru_cache(maxsize=32)
+def _device_tables(flat_bytes: bytes, length: int, chunks: int) -> tuple[gp.GPUArray, gp.GPUArray | None, gp.GPUArray | None, int]:
+    """The coefficients, P and the Q_k on the device, and g, per (filter, chunking): repeated calls
+    (a stream of blocks through one filter) upload nothing."""
+    flat = np.frombuffer(flat_bytes, dtype=np.float64)
+    if chunks == 1:
+        return gp.asarray(flat), None, None, 1
+    p, q, g = scan_tables(flat, length, chunks)
+    return gp.asarray(flat), gp.asarray(p), gp.asarray(q), g
+
+
 def kernel_sosfilt_rows(rows: gp.GPUArray, coef: np.ndarray, zi: gp.GPUArray | None, want_zf: bool) -> tuple[Any, Any]:
     r, n = rows.shape
     sections = coef.shape[0]
-    d = 2 * sections
     ct = _dsp.CTYPES[rows.dtype]
-    flat = _flat_coef(coef)
     length = chunk_length(r, n)
     chunks = -(-n // length)
+    dev_coef, p, q, g = _device_tables(_flat_coef(coef).tobytes(), length, chunks)
     y = gp.empty((r, n), rows.dtype)
-    zf = gp.empty((r, d), gp.float64) if want_zf else None
-    dev_coef = gp.asarray(flat)
-    ends = gp.empty((r, chunks, d), gp.float64)
-    starts = gp.empty((r, chunks, d), gp.float64)
+    zf = gp.empty((r, 2 * sections), gp.float64) if want_zf else None
+    ends = gp.empty((r, chunks, 2 * sections), gp.float64)
+    starts = gp.empty((r, chunks, 2 * sections), gp.float64)
     grid = (-(-chunks // _CHUNKS), r)
     args = (rows, n, n, length, chunks, dev_coef)
     chunk_kernel(ct, sections, False)(grid, _CHUNKS, *args, None, None, ends, None, None)
     if chunks > 1:
-        p, q, g = scan_tables(flat, length, chunks)
-        scan_kernel(d)(r, _SCAN_THREADS, ends, starts, zi, gp.asarray(p), gp.asarray(q), chunks, g)
+        scan_kernel(2 * sections)(r, _SCAN_THREADS, ends, starts, zi, p, q, chunks, g)
     chunk_kernel(ct, sections, True)(grid, _CHUNKS, *args, starts, zi, None, y, zf)
     return y, zf
 
