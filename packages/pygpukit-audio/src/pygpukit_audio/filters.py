@@ -27,6 +27,7 @@ the taps and the samples they read in shared memory; accumulation in x's dtype.
 
 from __future__ import annotations
 
+import decimal
 import functools
 import math
 from typing import Any
@@ -195,12 +196,41 @@ def _run_cascade(flat: np.ndarray, xb: np.ndarray, z: np.ndarray) -> np.ndarray:
     return y
 
 
-def transition(flat: np.ndarray, steps: int) -> np.ndarray:
-    """M^steps, M (D x D) the cascade's one-sample map of its delays at zero input."""
+def _one_step(flat: np.ndarray) -> np.ndarray:
+    """M (D x D): the cascade's one-sample map of its delays at zero input."""
     d = flat.size // 5 * 2
     z = np.eye(d)
     _run_cascade(flat, np.zeros((d, 1)), z)  # row i: M applied to basis vector i
-    return np.linalg.matrix_power(z.T, steps)
+    return z.T
+
+
+# Powers of M are taken in 40-digit decimal arithmetic and rounded once: M is
+# non-normal and nearly defective when poles crowd near z = 1 (low cutoffs),
+# and float64 repeated squaring then loses up to ~5 digits in M^(2^20).
+_DIGITS = 40
+
+
+def _decimal(m: np.ndarray) -> np.ndarray:
+    return np.vectorize(decimal.Decimal, otypes=[object])(m)
+
+
+def _power(a: np.ndarray, k: int) -> np.ndarray:
+    """a^k (an object array of Decimals) by repeated squaring, in the current decimal context."""
+    result = _decimal(np.eye(a.shape[0]))
+    while k:
+        if k & 1:
+            result = result @ a
+        k >>= 1
+        if k:
+            a = a @ a
+    return result
+
+
+def transition(flat: np.ndarray, steps: int) -> np.ndarray:
+    """M^steps in float64."""
+    with decimal.localcontext() as ctx:
+        ctx.prec = _DIGITS
+        return _power(_decimal(_one_step(flat)), steps).astype(np.float64)
 
 
 # -- reference (any backend): the blocked algorithm in NumPy float64 ----------------------
@@ -280,12 +310,14 @@ def chunk_length(rows: int, n: int) -> int:
 
 def scan_tables(flat: np.ndarray, length: int, chunks: int) -> tuple[np.ndarray, np.ndarray, int]:
     """P = M^length, the scan's Q_k = (P^g)^(2^k) for k < kScanLog, and g (chunks per scan thread)."""
-    p = transition(flat, length)
     g = max(1, -(-(chunks - 1) // _SCAN_THREADS))
-    q = [np.linalg.matrix_power(p, g)]
-    for _ in range(_SCAN_LOG - 1):
-        q.append(q[-1] @ q[-1])
-    return p, np.stack(q), g
+    with decimal.localcontext() as ctx:
+        ctx.prec = _DIGITS
+        p = _power(_decimal(_one_step(flat)), length)
+        q = [_power(p, g)]
+        for _ in range(_SCAN_LOG - 1):
+            q.append(q[-1] @ q[-1])
+        return p.astype(np.float64), np.stack(q).astype(np.float64), g
 
 
 @functools.lru_cache(maxsize=32)
@@ -312,8 +344,8 @@ def kernel_sosfilt_rows(rows: gp.GPUArray, coef: np.ndarray, zi: gp.GPUArray | N
     starts = gp.empty((r, chunks, 2 * sections), gp.float64)
     grid = (-(-chunks // _CHUNKS), r)
     args = (rows, n, n, length, chunks, dev_coef)
-    chunk_kernel(ct, sections, False)(grid, _CHUNKS, *args, None, None, ends, None, None)
-    if chunks > 1:
+    if chunks > 1:  # one chunk per row starts from zi: no boundaries to join
+        chunk_kernel(ct, sections, False)(grid, _CHUNKS, *args, None, None, ends, None, None)
         scan_kernel(2 * sections)(r, _SCAN_THREADS, ends, starts, zi, p, q, chunks, g)
     chunk_kernel(ct, sections, True)(grid, _CHUNKS, *args, starts, zi, None, y, zf)
     return y, zf
