@@ -20,8 +20,11 @@ circle: the chunked GPU scan relies on it), and non-finite samples are refused.
 The CUDA path of sosfilt is a parallel scan over time (kernels/filters.cu):
 chunks of L samples run from zero delays, the chunk boundaries' delays are
 joined with powers of the cascade's transition matrix, and every chunk runs
-again from its true start. The reference (any backend) runs the same blocked
-algorithm in NumPy float64, vectorized over chunks. fir_filter's kernel tiles
+again from its true start. The transition-matrix powers are taken in 40-digit
+decimals on the host (cached per filter and chunking). Measured against
+scipy: ~1e-14 relative for ordinary designs, ~1e-9 for poles very near z = 1
+(butter(2, 5e-5)). The reference (any backend) runs the same blocked algorithm
+in NumPy float64, vectorized over chunks. fir_filter's kernel tiles
 the taps and the samples they read in shared memory; accumulation in x's dtype.
 """
 
