@@ -97,12 +97,15 @@ def sosfiltfilt(sos: Any, x: Any, axis: int = -1, padtype: str | None = "odd", p
         raise SignalError(f"sosfiltfilt: the signal's length {n} along axis {axis} must be greater than padlen, which is {edge}")
     rows, moved = _dsp.to_rows(x, axis)
     ext = _extend(rows, edge, padtype) if edge else rows
-    zi = sosfilt_zi(coef).reshape(1, -1)
+    zi = gp.asarray(sosfilt_zi(coef).reshape(1, -1))
     run = _dsp.op("sosfilt_rows")
-    first = ext[:, :1].astype(gp.float64)
-    y = run(ext, coef, first * gp.asarray(zi), False)[0]
+
+    def scaled_zi(rows: gp.GPUArray) -> gp.GPUArray:  # the steady state of each row's first sample, (R, D)
+        return gp.ascontiguousarray(rows[:, :1].astype(gp.float64) * zi)
+
+    y = run(ext, coef, scaled_zi(ext), False)[0]
     y = gp.ascontiguousarray(gp.flip(y, axis=-1))
-    y = run(y, coef, y[:, :1].astype(gp.float64) * gp.asarray(zi), False)[0]
+    y = run(y, coef, scaled_zi(y), False)[0]
     y = gp.flip(y, axis=-1)
     if edge:
         y = y[:, edge : edge + n]
