@@ -2,7 +2,8 @@
 float64: Butterworth, Chebyshev I/II and elliptic designs of orders 2 to 8,
 initial and final delays, batches along any axis, signals long enough that
 the GPU scan runs many chunks; the NumPy twin of the GPU scan's host
-tables; NVRTC compilation of the kernels anywhere, the kernels on the GPU."""
+tables; NVRTC compilation of the kernels anywhere (the kernels on the GPU:
+test_gpu_kernels.py)."""
 
 import numpy as np
 import pytest
@@ -179,42 +180,3 @@ def test_kernels_compile(need_nvrtc):
     for sm in (80, 90):
         binary = compiler.compile_source(kernels[0].source, names, sm, kernels[0].options, "filters.cu")
         assert binary.image[:4] == b"\x7fELF" and set(names) <= set(binary.lowered)
-
-
-# -- the kernels (GPU) -------------------------------------------------------------
-
-
-@pytest.mark.gpu
-def test_kernels_run_and_match_scipy(rng):
-    from pygpukit.registry import REGISTRY
-
-    sos = ss.ellip(8, 0.5, 60.0, 0.05, output="sos")
-    for shape, dtype in [((16, 160_000), np.float32), ((3, 100_003), np.float64), ((1, 31), np.float64), ((700, 64), np.float32)]:
-        x = rng.standard_normal(shape).astype(dtype)
-        gx = gp.asarray(x)
-        rows = gx.reshape(-1, shape[-1])
-        assert REGISTRY.which("sosfilt_rows", rows, sos, None, False).endswith("kernel")
-        zi = rng.standard_normal((4, shape[0], 2))
-        y, zf = filters.sosfilt(sos, gx, zi=zi)
-        ry, rzf = ss.sosfilt(sos, x.astype(np.float64), zi=zi)
-        assert rel_err(y.to_numpy(), ry) < TOL[np.dtype(dtype)], shape
-        assert rel_err(zf.to_numpy(), rzf) < TOL[np.dtype(dtype)], shape
-    x = rng.standard_normal((4, 50_000))
-    b = rng.standard_normal(513) / 20
-    assert rel_err(filters.fir_filter(b, gp.asarray(x)).to_numpy(), ss.lfilter(b, [1.0], x)) < 1e-12
-    assert rel_err(filters.fir_filter(b, gp.asarray(x.astype(np.float32))).to_numpy(), ss.lfilter(b, [1.0], x.astype(np.float32))) < 2e-6
-    got = filters.sosfiltfilt(sos, gp.asarray(x))
-    assert rel_err(got.to_numpy(), ss.sosfiltfilt(sos, x)) < 1e-9
-
-
-@pytest.mark.gpu
-def test_kernel_against_torchaudio(rng):
-    torch = pytest.importorskip("torch")
-    taf = pytest.importorskip("torchaudio.functional")
-    sos = ss.butter(6, 0.1, output="sos")
-    x = rng.standard_normal((4, 20_000))
-    y = filters.sosfilt(sos, gp.asarray(x)).to_numpy()
-    t = torch.from_numpy(x).cuda()
-    for b0, b1, b2, _, a1, a2 in sos:
-        t = taf.lfilter(t, torch.tensor([1.0, a1, a2]).cuda().double(), torch.tensor([b0, b1, b2]).cuda().double(), clamp=False)
-    assert rel_err(y, t.cpu().numpy()) < 1e-9
