@@ -180,3 +180,12 @@ def test_kernels_compile(need_nvrtc):
     for sm in (80, 90):
         binary = compiler.compile_source(kernels[0].source, names, sm, kernels[0].options, "filters.cu")
         assert binary.image[:4] == b"\x7fELF" and set(names) <= set(binary.lowered)
+
+
+def test_empty_signals():
+    sos = ss.butter(4, 0.2, output="sos")
+    zi = np.ones((2, 3, 2))
+    y, zf = filters.sosfilt(sos, gp.zeros((3, 0)), zi=zi)
+    assert y.shape == (3, 0) and np.array_equal(zf.to_numpy(), zi)  # no samples: the delays pass through
+    assert filters.sosfilt(sos, gp.zeros((0, 5))).shape == (0, 5)
+    assert filters.fir_filter([1.0, 2.0], gp.zeros((2, 0))).shape == (2, 0)

@@ -102,3 +102,8 @@ def test_kernel_compiles(need_nvrtc):
     for sm in (80, 90):
         binary = compiler.compile_source(kernels[0].source, names, sm, kernels[0].options, "resample.cu")
         assert binary.image[:4] == b"\x7fELF" and set(names) <= set(binary.lowered)
+
+
+def test_empty_signals():
+    assert resample.resample_poly(gp.zeros((2, 0)), 2, 3).shape == (2, 0)
+    assert resample.resample_poly(gp.zeros((0, 7)), 2, 3, padtype="mean").shape == (0, 5)

@@ -5,6 +5,7 @@ registry's dispatcher and the (rows, n) layout of a signal along one axis."""
 from __future__ import annotations
 
 import functools
+import math
 import operator
 import os
 from collections.abc import Callable
@@ -103,7 +104,8 @@ def to_rows(x: gp.GPUArray, axis: int) -> tuple[gp.GPUArray, tuple[int, ...]]:
     """``x`` with ``axis`` moved last (the other axes in order), as contiguous (rows, n),
     and the moved shape."""
     xm = x if axis == x.ndim - 1 else gp.permute_dims(x, moved_order(x.ndim, axis))
-    return gp.ascontiguousarray(xm).reshape(-1, x.shape[axis]), xm.shape
+    rows = math.prod(xm.shape[:-1])  # not -1: an empty axis leaves it ambiguous
+    return gp.ascontiguousarray(xm).reshape(rows, x.shape[axis]), xm.shape
 
 
 def from_rows(y: gp.GPUArray, moved: tuple[int, ...], axis: int) -> gp.GPUArray:
