@@ -42,8 +42,8 @@ def tests(session: nox.Session) -> None:
     """All Python tests on the CPU backend, against the installed wheels (not the source tree)."""
     _install_packages(session)
     # transformers: the reference of the tokenizer tests; safetensors: the llm tests write model directories with it;
-    # librosa (it brings scipy): the references of pygpukit-audio
-    session.install("pytest>=8", "hypothesis>=6", "transformers>=4.45", "safetensors>=0.8", "librosa>=0.10")
+    # scipy, librosa, soundfile: the references of pygpukit-audio (and load's reader)
+    session.install("pytest>=8", "hypothesis>=6", "transformers>=4.45", "safetensors>=0.8", "scipy>=1.11", "librosa>=0.10", "soundfile>=0.12")
     env = {"PYGPUKIT_CACHE_DIR": str(ROOT / ".nox" / "kernel-cache")}
     session.run("pytest", "-q", *TEST_DIRS, f"--ignore={EXAMPLE_PLUGIN_TESTS}", *session.posargs, env=env)
     # a third-party plugin, built and installed now: discovery, listing, routing, disabling

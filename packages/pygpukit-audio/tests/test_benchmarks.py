@@ -1,5 +1,5 @@
-"""The audio benchmark suite runs end to end (on the CPU backend in CI, at its
-small sizes) and writes a record for every case it names."""
+"""The audio benchmark suites run end to end (on the CPU backend in CI, at
+their small sizes) and write a record for every case they name."""
 
 import json
 import subprocess
@@ -7,6 +7,10 @@ import sys
 from importlib import metadata
 
 import pytest
+
+from pygpukit.benchmark.audio_dsp import bench_audio_dsp
+from pygpukit.benchmark.core import SUITE
+from pygpukit.benchmark.harness import Recorder
 
 
 def test_audio_fft_suite_writes_records(tmp_path):
@@ -22,3 +26,12 @@ def test_audio_fft_suite_writes_records(tmp_path):
     ours = {r["bench"].split("_")[0] for r in records if r["impl"] == "pygpukit"}
     assert ours == {"rfft", "stft"}, ours
     assert all(r["value"] > 0 for r in records)
+
+
+def test_audio_dsp_suite_writes_records():
+    assert SUITE["audio_dsp"] is bench_audio_dsp
+    rec = Recorder("test")
+    bench_audio_dsp(rec, True)
+    mine = {r.bench for r in rec.records if r.impl == "pygpukit"}
+    assert {b.split("_f32")[0] for b in mine} == {"sosfilt6", "resample_44k1_16k"}
+    assert all(r.value > 0 and r.metric == "ms" for r in rec.records)

@@ -13,12 +13,12 @@ from . import __version__
 
 # The modules that define ops, in registration order; each has register(registry).
 # Imported by name: the package exports functions named like some of them (stft).
-MODULES = tuple(importlib.import_module(f"{__package__}.{name}") for name in ("fft", "stft"))
+MODULES = tuple(importlib.import_module(f"{__package__}.{name}") for name in ("fft", "stft", "filters", "resample", "mel"))
 
 
 @hookimpl
 def pygpukit_plugin_info() -> PluginInfo:
-    return PluginInfo("pygpukit-audio", __version__, "FFT (fft, ifft, rfft, irfft), STFT and ISTFT")
+    return PluginInfo("pygpukit-audio", __version__, "FFT, STFT/ISTFT, IIR/FIR filters, polyphase resampling, mel filterbanks, dB, MFCC")
 
 
 @hookimpl

@@ -18,6 +18,7 @@ import pygpukit as gp
 from .. import _runtime
 from . import peers
 from .audio_fft import bench_audio_fft
+from .audio_dsp import bench_audio_dsp
 from .dispatch import bench_dispatch
 from .elementwise import bench_elementwise
 from .graphs import bench_graphs
@@ -292,4 +293,5 @@ SUITE = {
     "sorting": bench_sorting,
     "scheduler": bench_scheduler,
     "transfer": bench_transfer,
+    "audio_dsp": bench_audio_dsp,
 }
