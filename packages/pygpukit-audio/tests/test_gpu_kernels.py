@@ -9,7 +9,8 @@ import pytest
 
 import pygpukit as gp
 from pygpukit.registry import REGISTRY
-from pygpukit_audio import filters, mel, resample
+from pygpukit_audio import filters, mel
+from pygpukit_audio import resampling as resample
 
 pytestmark = pytest.mark.gpu
 

@@ -13,7 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pygpukit_audio import _dsp, filters, resample
+from pygpukit_audio import _dsp, filters
+from pygpukit_audio import resampling as resample
 
 ss = pytest.importorskip("scipy.signal", reason="the references are scipy.signal's (pip install scipy)")
 HERE = Path(__file__).parent / "emulator"

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import pygpukit as gp
-from pygpukit_audio import resample
+from pygpukit_audio import resampling as resample
 from pygpukit_audio._errors import AudioTypeError, AudioValueError
 
 ss = pytest.importorskip("scipy.signal", reason="the reference is scipy.signal.resample_poly (pip install scipy)")

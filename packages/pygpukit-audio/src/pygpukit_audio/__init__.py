@@ -23,7 +23,7 @@ from .mel import (
     mfcc_from_mel,
     power_to_db,
 )  # fmt: skip
-from .resample import resample, resample_poly
+from .resampling import resample, resample_poly
 from .stft import istft, stft
 from .streaming import StreamingISTFT, StreamingSTFT
 from .windows import get_window

@@ -24,7 +24,7 @@ import numpy as np
 
 import pygpukit as gp
 
-from . import _dsp, resample
+from . import _dsp, resampling
 from ._errors import AudioValueError
 
 
@@ -103,7 +103,7 @@ def load(
     dt = np.dtype(dtype)
     if dt not in _dsp.FLOATS:
         raise _dsp.AudioTypeError(f"{fn}: dtype must be float32 or float64, got {dt}")
-    target = None if sr is None else resample.rate(fn, "sr", sr)
+    target = None if sr is None else resampling.rate(fn, "sr", sr)
     offset = _dsp.number(fn, "offset", offset)
     if offset < 0:
         raise AudioValueError(f"{fn}: offset must be non-negative, got {offset}")
@@ -122,4 +122,4 @@ def load(
     out = gp.asarray(np.ascontiguousarray(y, dtype=dt))
     if target is None or target == native:
         return out, native
-    return (resample.resample(out, native, target) if out.shape[-1] else out), target
+    return (resampling.resample(out, native, target) if out.shape[-1] else out), target

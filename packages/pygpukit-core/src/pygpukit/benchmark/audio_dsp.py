@@ -56,7 +56,8 @@ def _time_on_device(fn: Any, host: np.ndarray, timer: Any, warm: int, reps: int)
 
 def bench_audio_dsp(rec: Recorder, quick: bool) -> None:
     try:
-        from pygpukit_audio import filters, resample
+        from pygpukit_audio import filters
+        from pygpukit_audio import resampling as resample
     except ImportError:
         print("  audio_dsp: pygpukit-audio is not installed; skipped")
         return

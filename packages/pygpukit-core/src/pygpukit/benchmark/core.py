@@ -17,8 +17,8 @@ import pygpukit as gp
 
 from .. import _runtime
 from . import peers
-from .audio_fft import bench_audio_fft
 from .audio_dsp import bench_audio_dsp
+from .audio_fft import bench_audio_fft
 from .dispatch import bench_dispatch
 from .elementwise import bench_elementwise
 from .graphs import bench_graphs
