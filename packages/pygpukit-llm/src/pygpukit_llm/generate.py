@@ -134,6 +134,7 @@ class _Decoder:
         self.use_graph = cfg.cuda_graph and not model.spec.moe and gp.backend() == "cuda"
         self.cache.plan_capacity = True  # graph and eager steps make the same launches, so they give the same tokens
         self.graph: Any = None
+        self.vocab_limit: int | None = None
         self.logits: gp.GPUArray | None = None
 
     def prefill(self) -> gp.GPUArray:
@@ -172,6 +173,8 @@ class _Decoder:
         from pygpukit_nn import sampling
 
         cfg = self.cfg
+        if self.vocab_limit is not None and self.vocab_limit < logits.shape[-1]:
+            logits = logits[:, : self.vocab_limit]
         if self.history is not None:
             logits = sampling.apply_penalties(
                 logits.astype(gp.float32), ids=gp.from_numpy(self.history), repetition_penalty=cfg.repetition_penalty,
@@ -190,14 +193,17 @@ class _Decoder:
 
 
 def generate_ids(
-    model: Any, prompts: Sequence[Sequence[int]], cfg: GenerationConfig, stop_ids: Sequence[int] = (), finished: np.ndarray | None = None
-) -> Iterator[StepTokens]:
+    model: Any, prompts: Sequence[Sequence[int]], cfg: GenerationConfig, stop_ids: Sequence[int] = (), finished: np.ndarray | None = None,
+    vocab_limit: int | None = None,
+) -> Iterator[StepTokens]:  # fmt: skip
     """Yield each step's new tokens for a batch of tokenized prompts, until every
     row has produced a stop id or ``cfg.max_new_tokens`` tokens. ``finished``
     (batch bools, owned by the caller) ends rows from outside, e.g. on a stop
-    string: it is read after every step."""
+    string: it is read after every step. ``vocab_limit`` samples only ids below
+    it (a tokenizer smaller than the model's padded vocabulary)."""
     arrays = _check_prompts(prompts, model.config.vocab_size)
     dec = _Decoder(model, arrays, cfg)
+    dec.vocab_limit = vocab_limit
     stops = np.array(sorted(set(stop_ids) | set(cfg.stop_ids)), np.int64)
     active = np.ones(dec.batch, bool)
     logits = dec.prefill()

@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,6 +28,8 @@ import pygpukit as gp
 from .config import ConfigError, ModelConfig, estimate
 from .safetensors import Checkpoint, SafetensorsError
 from .spec import ModelSpec, Sources, spec_for
+from .text import text_generator
+from .tokenizer import Tokenizer
 
 __all__ = ["CausalLM", "DecoderLayer", "LoadError", "load"]
 
@@ -69,6 +71,7 @@ class CausalLM:
         self.config, self.spec, self.dtype = config, spec, np.dtype(dtype)
         self.embed, self.pos_embed, self.layers = embed, pos_embed, layers
         self.final_norm, self.lm_head, self.directory = final_norm, lm_head, directory
+        self.tokenizer: Tokenizer | None = None
 
     @property
     def num_layers(self) -> int:
@@ -105,6 +108,32 @@ class CausalLM:
         return self.logits(self.hidden_states(ids, positions, cache, counts, check_ids))
 
     __call__ = forward
+
+    # -- text (needs the directory's tokenizer.json; see text.py) --------------------------
+
+    def generate(self, prompt: Any, config: Any = None, **kw: Any) -> Any:
+        """Complete a prompt (or a list of prompts): a Completion (or a list)."""
+        return text_generator(self).generate(prompt, config, **kw)
+
+    def stream(self, prompt: str, config: Any = None, **kw: Any) -> Iterator[str]:
+        """The completion of a prompt, piece by piece."""
+        return text_generator(self).stream(prompt, config, **kw)
+
+    def chat(self, messages: Any, config: Any = None, **kw: Any) -> Any:
+        """The assistant's reply to a list of {"role", "content"} messages (a Completion)."""
+        return text_generator(self).chat(messages, config, **kw)
+
+    def stream_chat(self, messages: Any, config: Any = None, **kw: Any) -> Iterator[tuple[str, str]]:
+        """The reply as ("thinking" | "reply", text) pieces."""
+        return text_generator(self).stream_chat(messages, config, **kw)
+
+    def astream(self, prompt: str, config: Any = None, **kw: Any) -> AsyncIterator[str]:
+        """``stream`` for asyncio."""
+        return text_generator(self).astream(prompt, config, **kw)
+
+    async def agenerate(self, prompt: Any, config: Any = None, **kw: Any) -> Any:
+        """``generate`` for asyncio."""
+        return await text_generator(self).agenerate(prompt, config, **kw)
 
     def new_cache(self, batch: int, max_seq: int, paged: bool = False, block_size: int = 16, kv_dtype: Any = None) -> Any:
         """A KV cache for ``batch`` sequences of up to ``max_seq`` tokens (all layers)."""
@@ -235,10 +264,12 @@ def load(
     total = sum(ckpt.info(n).nbytes for n in ckpt.keys())
     w = _Weights(ckpt, spec, dt, cfg.num_experts, _progress_bar(total, sys.stderr.isatty() if progress is None else progress))
     _check_names(cfg, w)
+    tokenizer = Tokenizer.load(path) if (path / "tokenizer.json").is_file() else None  # before allocating: a broken one fails fast
     model = _build(cfg, spec, dt, w, path)
     extra = w.unused()
     if extra:
         raise LoadError(f"{path.name}: {len(extra)} tensors are not used by the {cfg.model_type} architecture, e.g. {extra[:3]}")
+    model.tokenizer = tokenizer
     return model
 
 

@@ -1,0 +1,63 @@
+"""pygpukit generate / chat on a tiny model directory, and the one-line errors
+(exit status 2) for what a user can get wrong."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+from llm_testing import write_tiny_model
+from tokenizer_testing import CHATML, byte_level_json, model_dir
+
+import pygpukit_llm
+from pygpukit_llm.cli import chat_main, generate_main
+
+
+@pytest.fixture(scope="module")
+def directory(tmp_path_factory):
+    path = tmp_path_factory.mktemp("qwen")
+    write_tiny_model(path, "qwen2", seed=5, hidden=128, heads=2, kv_heads=1, intermediate=192, vocab=512, layers=2, max_positions=128)
+    model_dir(path, byte_level_json(), tokenizer_config={"chat_template": CHATML, "eos_token": "<|im_end|>"})
+    return path
+
+
+def test_generate_prints_the_completion(directory, capsys):
+    args = ["--model", str(directory), "--dtype", "float32", "--temperature", "0", "--max-new-tokens", "12"]
+    assert generate_main([*args, "--prompt", "lorem ipsum"]) == 0
+    want = pygpukit_llm.load(directory, "float32").generate("lorem ipsum", max_new_tokens=12, temperature=0).text
+    assert capsys.readouterr().out == want + "\n"
+
+
+def test_chat_keeps_a_conversation(directory, capsys, monkeypatch):
+    monkeypatch.setattr("sys.stdin", io.StringIO("hello there\n/reset\n\nsecond try\n/exit\n"))
+    args = ["--model", str(directory), "--dtype", "float32", "--temperature", "0", "--max-new-tokens", "6", "--system", "be brief"]
+    assert chat_main(args) == 0
+    model = pygpukit_llm.load(directory, "float32")
+    system = {"role": "system", "content": "be brief"}
+    first = model.chat([system, {"role": "user", "content": "hello there"}], max_new_tokens=6, temperature=0).text
+    second = model.chat([system, {"role": "user", "content": "second try"}], max_new_tokens=6, temperature=0).text
+    assert capsys.readouterr().out == f"> {first}\n> > > {second}\n> "  # input()'s prompts, then each reply
+
+
+def test_user_errors_are_one_line(directory, tmp_path, capsys):
+    def error(argv):
+        assert generate_main([*argv, "--prompt", "x"]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("pygpukit: error: ") and err.count("\n") == 1
+        return err
+
+    assert "not a model directory" in error(["--model", str(tmp_path / "none")])
+    assert "longer than the model allows" in error(["--model", str(directory), "--max-new-tokens", "1000"])
+    bad = tmp_path / "mamba"
+    write_tiny_model(bad, "llama", hidden=128, heads=2, kv_heads=1)
+    (bad / "config.json").write_text(json.dumps(dict(json.loads((bad / "config.json").read_text()), model_type="mamba")))
+    assert "supported model types: gpt2" in error(["--model", str(bad)])
+    broken = tmp_path / "broken"
+    write_tiny_model(broken, "llama", hidden=128, heads=2, kv_heads=1)
+    data = (broken / "model.safetensors").read_bytes()
+    (broken / "model.safetensors").write_bytes(data[: len(data) // 2])
+    assert "model.safetensors" in error(["--model", str(broken)])
+    plain = tmp_path / "plain"
+    write_tiny_model(plain, "llama", hidden=128, heads=2, kv_heads=1)
+    assert "has no tokenizer.json" in error(["--model", str(plain)])
