@@ -83,7 +83,7 @@ def test_asyncio_forms(model):
 def test_text_needs_a_tokenizer(tmp_path):
     write_tiny_model(tmp_path, "llama", hidden=128, heads=2, kv_heads=1, vocab=300)
     model = pygpukit_llm.load(tmp_path, "float32")
-    with pytest.raises(TokenizerError, match="no tokenizer.json"):
+    with pytest.raises(TokenizerError, match=r"no tokenizer\.json"):
         model.generate("hi")
     with pytest.raises(TypeError, match="string"):
         pygpukit_llm.text.TextGenerator(model, None).generate([[1, 2]])
