@@ -160,6 +160,8 @@ def measure(
         steps()  # compiles the kernels, plans the launches
         secs = _time(steps, reps)
         out[f"decode_b{b}_tok_s"] = b * new / secs
+    if cuda_graph and gp.backend() == "cuda":
+        out["decode_b1_replay_ms"] = _replay_ms(model, rng.integers(0, vocab, (1, prompt)).tolist(), cfg)
     if prefill:
         ids = gp.from_numpy(rng.integers(0, vocab, (1, prefill)).astype(np.int32))
 
@@ -170,6 +172,30 @@ def measure(
         run()
         out["prefill_ms_per_token"] = _time(run, reps) * 1e3 / prefill
     return out
+
+
+def _replay_ms(model: Any, prompts: list[list[int]], cfg: GenerationConfig, reps: int = 50) -> float | None:
+    """Device time of one replay of the captured decode step (the part of a
+    step that is not sampling and reading the token back): median over reps."""
+    from .generate import _Decoder
+
+    dec = _Decoder(model, [np.asarray(p, np.int32) for p in prompts], cfg)
+    dec.sample(dec.prefill())
+    dec.decode(dec.last)
+    if dec.graph is None:
+        return None
+    times = []
+    for _ in range(reps):  # the cache is sized for max_new_tokens; each replay appends one token
+        start, end = gp.Event(timing=True), gp.Event(timing=True)
+        start.record()
+        dec.graph.replay()
+        end.record()
+        end.synchronize()
+        dec.cache.advance(1)
+        times.append(start.elapsed_time(end))
+        if dec.cache.max_length() + 1 >= dec.cache.max_seq:
+            break
+    return statistics.median(times)
 
 
 def measure_transformers(
