@@ -109,3 +109,45 @@ def test_private_pool_memory_is_not_shared_after_capture(rng):
     for o in others:
         np.testing.assert_array_equal(o.to_numpy(), np.full(4096, 7.0, np.float32))
     np.testing.assert_allclose(y.to_numpy(), x.to_numpy() * 2 + 1)
+
+
+def test_captures_from_two_threads(rng):
+    """On the GPU two threads capture at once, each graph with its own private
+    pool, and the main pool serves alone again afterwards; the CPU backend's
+    captures run one at a time and say so."""
+    import threading
+
+    from pygpukit import _runtime
+
+    main_pool = _runtime.get().pool
+    xs = [gp.from_numpy(random_array(rng, (64,), np.float32)) for _ in range(2)]
+    inside, release = threading.Barrier(2), threading.Event()
+    results: dict[int, object] = {}
+
+    def capture(i):
+        try:
+            with gp.graph() as g:
+                y = gp.exp(xs[i]) * (i + 2)
+                if gp.backend() == "cuda":
+                    inside.wait(timeout=10)  # both captures are open here
+                else:
+                    release.wait(timeout=10)
+            results[i] = (g, y)
+        except gp.GraphCaptureError as e:
+            results[i] = e
+            release.set()
+
+    threads = [threading.Thread(target=capture, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=20)
+    assert _runtime.get().pool is main_pool
+    if gp.backend() != "cuda":
+        errors = [r for r in results.values() if isinstance(r, gp.GraphCaptureError)]
+        assert len(errors) == 1 and "one at a time" in str(errors[0])
+        return
+    for i, (g, y) in results.items():
+        xs[i][...] = gp.from_numpy(np.full(64, 0.5, np.float32))
+        g.replay()
+        np.testing.assert_allclose(y.to_numpy(), np.exp(0.5) * (i + 2), rtol=1e-6)

@@ -32,6 +32,7 @@ uses) and replays them in order, writing into the same arrays.
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 from . import _runtime
@@ -48,26 +49,35 @@ def capturing() -> bool:
 
 
 class _PoolRouter:
-    """Stands in for the runtime's pool during a capture: allocations on the
-    capture stream come from the graph's private pool, all else from the main one."""
+    """Stands in for the runtime's pool while graphs are captured (several at
+    once from several threads): allocations on a capture stream come from that
+    graph's private pool, all else from the main one."""
 
-    def __init__(self, main: Any, private: Any, stream: int) -> None:
-        self._main, self._private, self._stream = main, private, stream
+    def __init__(self, main: Any) -> None:
+        self._main = main
+        self._private: dict[int, Any] = {}  # capture stream -> the graph's pool
 
     def alloc(self, nbytes: int, stream: int = 0, charge: int | None = None) -> Any:
         # The graph's memory is its own, outside the scheduler's task accounting.
-        if stream == self._stream:
-            return self._private.alloc(nbytes, stream)
+        private = self._private.get(stream)
+        if private is not None:
+            return private.alloc(nbytes, stream)
         return self._main.alloc(nbytes, stream, charge)
 
     def record_stream(self, block: Any, stream: int) -> None:
-        try:
-            self._main.record_stream(block, stream)
-        except ValueError:  # the block belongs to the graph's pool
-            self._private.record_stream(block, stream)
+        for pool in (self._main, *self._private.values()):
+            try:
+                pool.record_stream(block, stream)
+                return
+            except ValueError:  # not this pool's block
+                continue
+        raise ValueError("record_stream: the block belongs to no live pool")
 
     def __getattr__(self, name: str) -> Any:  # stats, limit, empty_cache...: the main pool's
         return getattr(self._main, name)
+
+
+_routing = threading.Lock()  # installs and removes the router, and graphs' pools in it
 
 
 class _Recorder:
@@ -107,26 +117,36 @@ class Graph:
         self._log: list[tuple[Any, tuple[Any, ...], dict[str, Any], Any]] | None = None
         self._pool: Any = None
         self._stream: Stream | None = None
-        self._saved: tuple[Any, Any] | None = None
+        self._saved: tuple[Any, Any] | None = None  # the CPU backend's pool and ops during a capture
+        self._entered = False
         self._ready = False
 
     # -- capture ---------------------------------------------------------------
     def __enter__(self) -> Graph:
         if _local.capture is not None:
             raise GraphCaptureError("graph captures cannot be nested")
-        if self._ready or self._saved is not None:
+        if self._ready or self._entered:
             raise GraphCaptureError("this graph has already been captured; make a new one")
         rt = self._rt
         self._stream = Stream()
         if rt.backend == "cuda":  # the captured work comes after what is already queued
             self._stream.wait_event(Event().record())
-        self._pool = type(rt.pool)(rt.native.driver_table() if rt.backend == "cuda" else _host_table(), rt.pool.limit)
-        self._saved = (rt.pool, rt.ops)
-        rt.pool = _PoolRouter(rt.pool, self._pool, self._stream.handle)
-        if rt.backend == "cuda":
-            rt.ops.pool = rt.pool  # CudaOps keeps its own reference for the hot path
-        else:
-            rt.ops = _Recorder(rt.ops)
+        self._entered = True
+        with _routing:
+            if rt.backend == "cuda":
+                if not isinstance(rt.pool, _PoolRouter):
+                    rt.pool = rt.ops.pool = _PoolRouter(rt.pool)  # CudaOps keeps its own reference for the hot path
+                main = rt.pool._main
+                self._pool = type(main)(rt.native.driver_table(), main.limit)
+                rt.pool._private[self._stream.handle] = self._pool
+            else:
+                if isinstance(rt.ops, _Recorder):
+                    raise GraphCaptureError("another thread is capturing a graph; on the CPU backend captures run one at a time")
+                self._pool = type(rt.pool)(_host_table(), rt.pool.limit)
+                self._saved = (rt.pool, rt.ops)
+                rt.pool = _PoolRouter(rt.pool)
+                rt.pool._private[self._stream.handle] = self._pool
+                rt.ops = _Recorder(rt.ops)
         self._stream.__enter__()
         _local.capture = self
         if rt.backend == "cuda":
@@ -165,9 +185,13 @@ class Graph:
         _local.capture = None
         self._stream.__exit__()  # type: ignore[union-attr]
         rt = self._rt
-        rt.pool, rt.ops = self._saved  # type: ignore[misc]
-        if rt.backend == "cuda":
-            rt.ops.pool = rt.pool
+        with _routing:
+            if rt.backend != "cuda":
+                rt.pool, rt.ops = self._saved  # type: ignore[misc]
+                return
+            rt.pool._private.pop(self._stream.handle, None)  # type: ignore[union-attr]
+            if not rt.pool._private:  # the last capture: the main pool serves alone again
+                rt.pool = rt.ops.pool = rt.pool._main
 
     # -- use -------------------------------------------------------------------
     def replay(self, stream: Stream | None = None) -> None:
