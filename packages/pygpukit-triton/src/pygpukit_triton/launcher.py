@@ -1,0 +1,253 @@
+"""``launch(kernel, grid, *args, **meta)``: a Triton kernel on pygpukit arrays,
+on pygpukit's current stream, through the scheduler's launch gate.
+
+The first call of a signature goes through Triton's own dispatch (binding,
+specialization, compile or cache lookup, autotuning) with the arrays
+wrapped as ``TritonArray``. Its compiled kernel is then kept under a key
+that is at least as fine as Triton's: per argument, an array's dtype and
+16-byte alignment; an int's class (i32 / i64 / u64), whether it is 1 and
+whether it is a multiple of 16; a float, a bool or None; the value of a
+constexpr parameter and of an autotuner key argument; the keyword
+arguments' names and the same tokens. A later call with the same key
+skips Triton's Python dispatch: it fills the parameter list (array
+addresses as ints, which the launcher takes without a driver query) and
+calls the compiled launcher directly. Calls that cannot be keyed (tuples,
+tensor descriptors, torch tensors, heuristics-wrapped kernels, a chosen
+autotuner config with a pre_hook, launch hooks installed) always take
+Triton's path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pygpukit as gp
+from pygpukit import _runtime
+from pygpukit.streams import current_stream_handle
+
+from . import _triton, driver
+from .array import TritonArray
+
+_GP = gp.GPUArray
+_I32_MIN, _I32_MAX, _I64_MIN, _I64_MAX = -(2**31), 2**31 - 1, -(2**63), 2**63 - 1
+
+
+class _Uncacheable(Exception):
+    """An argument the fast path cannot key; Triton's dispatch serves the call."""
+
+
+class _Kernel:
+    """What the fast path needs to know of a kernel: its JITFunction's parameters."""
+
+    __slots__ = ("constexpr", "jit", "kernel", "names", "tuner", "tuned")
+
+    def __init__(self, kernel: Any) -> None:
+        from triton.runtime.autotuner import Autotuner
+        from triton.runtime.jit import JITFunction
+
+        self.kernel = kernel  # keeps id(kernel) from being reused while cached
+        self.tuner = kernel if isinstance(kernel, Autotuner) and isinstance(kernel.fn, JITFunction) else None
+        self.jit = kernel if isinstance(kernel, JITFunction) else (kernel.fn if self.tuner is not None else None)
+        params = self.jit.params if self.jit is not None else []
+        self.names = [p.name for p in params]
+        self.constexpr = frozenset(p.num for p in params if p.is_constexpr)
+        self.tuned = frozenset(self.names.index(k) for k in self.tuner.keys if k in self.names) if self.tuner else frozenset()
+
+
+class _Entry:
+    """A compiled kernel ready to launch: the launcher, its function and metadata, and
+    the parameter list with constants filled in (runtime slots are set per call)."""
+
+    __slots__ = ("function", "globals", "kw_slots", "launch", "packed", "prefix", "template")
+
+    def __init__(self, launch: Callable[..., Any], prefix: tuple, function: int, packed: Any, template: list, kw_slots: tuple,
+                 globals_: tuple) -> None:  # fmt: skip
+        self.launch, self.prefix, self.function, self.packed = launch, prefix, function, packed
+        self.template, self.kw_slots, self.globals = template, kw_slots, globals_
+
+
+_kernels: dict[int, _Kernel] = {}
+_entries: dict[tuple, _Entry] = {}
+_ENTRIES_MAX = 8192
+
+
+def _token(a: Any) -> Any:
+    t = type(a)
+    if t is _GP:
+        return (a._dtype, not a._ptr & 15)
+    if t is TritonArray:
+        return (a.array._dtype, not a.array._ptr & 15)
+    if t is int:
+        if a == 1:
+            return 1
+        cls = 0 if _I32_MIN <= a <= _I32_MAX else 1 if _I64_MIN <= a <= _I64_MAX else 2
+        return (cls, not a & 15)
+    if t is float or t is bool or a is None:
+        return t
+    raise _Uncacheable
+
+
+def _key(info: _Kernel, args: tuple, meta: dict) -> tuple:
+    if info.jit is None:
+        raise _Uncacheable
+    ce, tuned = info.constexpr, info.tuned
+    key: list[Any] = [id(info.kernel)]
+    for i, a in enumerate(args):
+        key.append(a if i in ce or i in tuned else _token(a))
+    names = info.names
+    for k, v in meta.items():
+        i = names.index(k) if k in names else -1
+        key.append(k)
+        key.append(v if i < 0 or i in ce or i in tuned else _token(v))
+    try:
+        return tuple(key), hash(tuple(key))
+    except TypeError:  # an unhashable constexpr
+        raise _Uncacheable from None
+
+
+def _wrap(a: Any) -> Any:
+    return TritonArray(a) if type(a) is _GP else a
+
+
+def _value(a: Any) -> Any:
+    """A runtime argument as the launcher takes it: arrays as their address."""
+    t = type(a)
+    if t is _GP:
+        return a._ptr
+    if t is TritonArray:
+        return a.array._ptr
+    return a
+
+
+def _check(kernel: Any, grid: Any) -> None:
+    from triton.runtime.jit import KernelInterface
+
+    if not isinstance(kernel, KernelInterface):
+        raise TypeError(f"launch: kernel must be a @triton.jit function (autotuned or not), got {type(kernel).__name__}")
+    if callable(grid):
+        return
+    if not isinstance(grid, (tuple, list)) or not 1 <= len(grid) <= 3 or not all(isinstance(g, int) and g >= 0 for g in grid):
+        raise ValueError(f"launch: grid must be 1 to 3 non-negative ints or a callable of the kernel's arguments, got {grid!r}")
+
+
+def _grid(grid: Any, info: _Kernel, args: tuple, meta: dict, template: list) -> tuple[int, int, int]:
+    if callable(grid):
+        named = dict(zip(info.names, template))
+        named.update(zip(info.names, map(_wrap, args)))
+        named.update((k, _wrap(v)) for k, v in meta.items())
+        grid = grid(named)
+    n = len(grid)
+    return grid[0], grid[1] if n > 1 else 1, grid[2] if n > 2 else 1
+
+
+def launch(kernel: Any, grid: Any, *args: Any, **meta: Any) -> Any:
+    """Run Triton ``kernel`` over ``grid`` with ``args``: GPUArrays (or TritonArrays)
+    for tensor parameters, Python scalars, and constexpr / option keywords in
+    ``meta`` (``BLOCK=1024, num_warps=4``), as ``kernel[grid](*args, **meta)`` would,
+    on pygpukit's current stream. No array is copied. Returns None."""
+    info = _kernels.get(id(kernel))
+    if info is not None:
+        try:
+            key, _ = _key(info, args, meta)
+            entry = _entries.get(key)
+        except _Uncacheable:
+            entry = None
+        if entry is not None and not _hooks():
+            return _fast(entry, info, grid, args, meta)
+    return _slow(kernel, grid, args, meta)
+
+
+def _hooks() -> bool:
+    from triton import knobs
+
+    return bool(knobs.runtime.launch_enter_hook.calls or knobs.runtime.launch_exit_hook.calls)
+
+
+def _fast(entry: _Entry, info: _Kernel, grid: Any, args: tuple, meta: dict) -> None:
+    for (name, _), (val, scope) in entry.globals:
+        if scope.get(name) != val:
+            raise RuntimeError(f"Global variable {name} has changed since this kernel was compiled")
+    vals = entry.template.copy()
+    for i, a in enumerate(args):
+        vals[i] = _value(a)
+    for name, i in entry.kw_slots:
+        vals[i] = _value(meta[name])
+    g0, g1, g2 = _grid(grid, info, args, meta, entry.template)
+    stream = current_stream_handle()
+    token = _gate_enter(stream)
+    entry.launch(g0, g1, g2, stream, entry.function, *entry.prefix, entry.packed, None, None, None, *vals)
+    if token:
+        _gate_exit(stream, token)
+
+
+def _gate_enter(stream: int) -> int:
+    return _runtime.get().native.launch_gate_enter(stream)
+
+
+def _gate_exit(stream: int, token: int) -> None:
+    _runtime.get().native.launch_gate_exit(stream, token)
+
+
+def _slow(kernel: Any, grid: Any, args: tuple, meta: dict) -> None:
+    """Triton's own dispatch, then (when the call can be keyed) keep the compiled kernel."""
+    _triton.check_runnable()
+    _check(kernel, grid)
+    wargs = tuple(map(_wrap, args))
+    wmeta = {k: _wrap(v) for k, v in meta.items()}
+    if _triton.interpreting():
+        if gp.backend() == "cuda":
+            raise _triton.TritonBackendError(
+                "TRITON_INTERPRET=1 runs kernels on host memory, but pygpukit's arrays are on the GPU here; "
+                "unset TRITON_INTERPRET or use the CPU backend (PYGPUKIT_BACKEND=cpu)"
+            )
+        kernel[grid](*wargs, **wmeta)
+        return
+    driver.activate()
+    stream = current_stream_handle()
+    token = _gate_enter(stream)
+    compiled = kernel.run(*wargs, grid=grid, warmup=False, **wmeta)
+    if token:
+        _gate_exit(stream, token)
+    _remember(kernel, compiled, args, meta)
+
+
+def _remember(kernel: Any, compiled: Any, args: tuple, meta: dict) -> None:
+    info = _kernels.get(id(kernel))
+    if info is None:
+        info = _kernels[id(kernel)] = _Kernel(kernel)
+    if info.jit is None or compiled is None or not hasattr(compiled, "packed_metadata") or _hooks():
+        return
+    try:
+        key, _ = _key(info, args, meta)
+    except _Uncacheable:
+        return
+    config: dict[str, Any] = {}
+    if info.tuner is not None:
+        best = info.tuner.best_config
+        if best.pre_hook is not None:
+            return
+        config = best.kwargs
+    template: list[Any] = []
+    kw_slots = []
+    for i, p in enumerate(info.jit.params):
+        if i < len(args):
+            template.append(None)
+        elif p.name in meta:
+            template.append(None)
+            kw_slots.append((p.name, i))
+        elif p.name in config:
+            template.append(config[p.name])
+        elif p.has_default:
+            template.append(p.default)
+        else:
+            return  # Triton would have raised; nothing to keep
+    launcher = compiled.run
+    if launcher.global_scratch_size or launcher.profile_scratch_size:  # CudaLauncher allocates the scratch
+        launch_fn, prefix = launcher, ()
+    else:  # its C entry point, past the Python frame of CudaLauncher.__call__
+        launch_fn, prefix = launcher.launch, (launcher.launch_cooperative_grid, launcher.launch_pdl, None, None)
+    if len(_entries) >= _ENTRIES_MAX:
+        _entries.clear()
+    _entries[key] = _Entry(launch_fn, prefix, compiled.function, compiled.packed_metadata, template, tuple(kw_slots),
+                           tuple(info.jit.used_global_vals.items()))  # fmt: skip
