@@ -34,9 +34,7 @@ def require() -> Any:
     try:
         import triton
     except ImportError as e:
-        raise TritonNotInstalledError(
-            f"pygpukit_triton needs Triton, which is not installed ({e}); install it with: {INSTALL_HINT}"
-        ) from e
+        raise TritonNotInstalledError(f"pygpukit_triton needs Triton, which is not installed ({e}); install it with: {INSTALL_HINT}") from e
     return triton
 
 

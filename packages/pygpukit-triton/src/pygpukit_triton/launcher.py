@@ -40,7 +40,7 @@ class _Uncacheable(Exception):
 class _Kernel:
     """What the fast path needs to know of a kernel: its JITFunction's parameters."""
 
-    __slots__ = ("constexpr", "jit", "kernel", "names", "tuner", "tuned")
+    __slots__ = ("constexpr", "jit", "kernel", "names", "tuned", "tuner")
 
     def __init__(self, kernel: Any) -> None:
         from triton.runtime.autotuner import Autotuner

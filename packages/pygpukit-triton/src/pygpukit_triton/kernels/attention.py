@@ -10,7 +10,7 @@ import triton.language as tl
 
 
 @triton.jit
-def flash_fwd(Q, K, V, O, sqb, sqh, sqs, skb, skh, sks, svb, svh, svs, sob, soh, sos, Hq, group, Sq, Sk, scale_log2,
+def flash_fwd(Q, K, V, Out, sqb, sqh, sqs, skb, skh, sks, svb, svh, svs, sob, soh, sos, Hq, group, Sq, Sk, scale_log2,
               CAUSAL: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):  # fmt: skip
     pm = tl.program_id(0)
     bh = tl.program_id(1)
@@ -48,5 +48,5 @@ def flash_fwd(Q, K, V, O, sqb, sqh, sqs, skb, skh, sks, svb, svh, svs, sob, soh,
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
         m_i = m_new
     out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
-    o_ptrs = O + b * sob + h.to(tl.int64) * soh + rm[:, None].to(tl.int64) * sos + rd[None, :]
-    tl.store(o_ptrs, out.to(O.dtype.element_ty), mask=rm[:, None] < Sq)
+    o_ptrs = Out + b * sob + h.to(tl.int64) * soh + rm[:, None].to(tl.int64) * sos + rd[None, :]
+    tl.store(o_ptrs, out.to(Out.dtype.element_ty), mask=rm[:, None] < Sq)
