@@ -16,7 +16,7 @@ from pygpukit import PluginError
 from pygpukit.plugins import PluginInfo, hookimpl
 
 from . import __version__, _triton
-from .ops import activations, attention, matmul, norms, rope, softmax
+from .ops import activations, attention, norms, rotary, softmax_rows, tiled_matmul
 
 PRIORITY = -1
 MIN_SM = 80  # bfloat16 loads, stores and tensor-core dots
@@ -29,11 +29,11 @@ OPS = (
     ("layer_norm", norms.layer_norm, FLOATS, norms.applies),
     ("add_rms_norm", norms.add_rms_norm, FLOATS, norms.applies),
     ("add_layer_norm", norms.add_layer_norm, FLOATS, norms.applies),
-    ("softmax", softmax.softmax, FLOATS, softmax.applies),
+    ("softmax", softmax_rows.softmax, FLOATS, softmax_rows.applies),
     ("swiglu", activations.swiglu, FLOATS, activations.applies),
     ("geglu", activations.geglu, FLOATS, activations.applies),
-    ("rope", rope.rope, FLOATS, rope.applies),
-    ("matmul", matmul.matmul, HALF, matmul.applies),
+    ("rope", rotary.rope, FLOATS, rotary.applies),
+    ("matmul", tiled_matmul.matmul, HALF, tiled_matmul.applies),
     ("sdpa", attention.sdpa, HALF, attention.applies),
 )
 _skipped: list[str] = []

@@ -10,5 +10,8 @@ from types import ModuleType
 
 @functools.cache
 def get(name: str) -> ModuleType:
-    """The kernel module ``name`` (imported once)."""
+    """The kernel module ``name`` (imported once; TritonNotInstalledError without Triton)."""
+    from .._triton import require
+
+    require()
     return importlib.import_module(f"{__name__}.{name}")

@@ -6,9 +6,9 @@ a registry op), so it is only offered here as a function."""
 
 from .activations import geglu, gelu, swiglu
 from .attention import sdpa
-from .matmul import matmul
 from .norms import add_layer_norm, add_rms_norm, layer_norm, rms_norm
-from .rope import rope
-from .softmax import softmax
+from .rotary import rope
+from .softmax_rows import softmax
+from .tiled_matmul import matmul
 
 __all__ = ["add_layer_norm", "add_rms_norm", "geglu", "gelu", "layer_norm", "matmul", "rms_norm", "rope", "sdpa", "softmax", "swiglu"]
