@@ -27,3 +27,14 @@ def scaled_copy_tuned(x, out, n, alpha, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     m = offs < n
     tl.store(out + offs, alpha * tl.load(x + offs, mask=m), mask=m)
+
+
+@triton.jit
+def spin_then_fill(out, n, value, iters, BLOCK: tl.constexpr):
+    """Busy for ``iters`` steps (acc converges to 2.0), then out[:n] = value: a slow writer
+    for the stream-ordering test."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    acc = tl.zeros((BLOCK,), dtype=tl.float32)
+    for _ in range(iters):
+        acc = acc * 0.5 + 1.0
+    tl.store(out + offs, value + (acc - 2.0), mask=offs < n)

@@ -34,6 +34,7 @@ OPS = (
     ("geglu", activations.geglu, FLOATS, activations.applies),
     ("rope", rotary.rope, FLOATS, rotary.applies),
     ("matmul", tiled_matmul.matmul, HALF, tiled_matmul.applies),
+    ("linear", tiled_matmul.linear, HALF, tiled_matmul.applies),
     ("sdpa", attention.sdpa, HALF, attention.applies),
 )
 _skipped: list[str] = []
@@ -49,7 +50,7 @@ def _triton_version() -> str:
 @hookimpl
 def pygpukit_plugin_info() -> PluginInfo:
     missing = f"; not registered (op not defined here): {', '.join(_skipped)}" if _skipped else ""
-    return PluginInfo("pygpukit-triton", __version__, f"Triton implementations of norms, softmax, activations, rope, matmul, "
+    return PluginInfo("pygpukit-triton", __version__, f"Triton implementations of norms, softmax, activations, rope, matmul, linear, "
                                                       f"attention ({_triton_version()}){missing}")  # fmt: skip
 
 

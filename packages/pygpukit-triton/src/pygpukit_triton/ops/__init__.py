@@ -9,6 +9,19 @@ from .attention import sdpa
 from .norms import add_layer_norm, add_rms_norm, layer_norm, rms_norm
 from .rotary import rope
 from .softmax_rows import softmax
-from .tiled_matmul import matmul
+from .tiled_matmul import linear, matmul
 
-__all__ = ["add_layer_norm", "add_rms_norm", "geglu", "gelu", "layer_norm", "matmul", "rms_norm", "rope", "sdpa", "softmax", "swiglu"]
+__all__ = [
+    "add_layer_norm",
+    "add_rms_norm",
+    "geglu",
+    "gelu",
+    "layer_norm",
+    "linear",
+    "matmul",
+    "rms_norm",
+    "rope",
+    "sdpa",
+    "softmax",
+    "swiglu",
+]

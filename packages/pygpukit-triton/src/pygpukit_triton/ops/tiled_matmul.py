@@ -1,4 +1,4 @@
-"""``matmul`` (core's op, NumPy's rules) for bfloat16 / float16 operands of
+"""``matmul`` (core's op, NumPy's rules) and ``linear`` for bfloat16 / float16 operands of
 one dtype on Triton's autotuned tiled kernel: leading axes broadcast as a
 batch (stride 0, no copy) over the grid's second axis, float32
 accumulation, the result rounded once. Under Triton's interpreter the
@@ -10,7 +10,7 @@ import math
 from typing import Any
 
 import pygpukit as gp
-from pygpukit.linalg import matmul_shapes
+from pygpukit.linalg import linear_shapes, matmul_shapes
 
 from ._common import HALF, get, interpreting, launch
 
@@ -61,6 +61,14 @@ def matmul(a: Any, b: Any) -> gp.GPUArray:
     return s.finish(out)
 
 
-def applies(a: Any, b: Any) -> bool:
+def linear(x: Any, w: Any, bias: Any = None) -> gp.GPUArray:
+    """``x @ w.T + bias`` (core's op ``linear``): w (out_features, in_features) read
+    through its transposed view (no copy); the leading axes of x are one M."""
+    n = linear_shapes(x, w, bias)
+    y = matmul(x.reshape(math.prod(x.shape[:-1]), x.shape[-1]), w.T).reshape(*x.shape[:-1], n)
+    return y if bias is None else (y + bias).astype(y.dtype, copy=False)
+
+
+def applies(a: Any, b: Any, *rest: Any) -> bool:
     """Predicate: two bfloat16 or two float16 arrays (mixed dtypes promote elsewhere)."""
     return isinstance(a, gp.GPUArray) and isinstance(b, gp.GPUArray) and a.dtype == b.dtype and a.dtype in HALF
