@@ -3,7 +3,7 @@
 #   scripts/device-check.sh RESULTS_DIR [pytest args...]
 # Needs .carry/_rt.abi3.so (built here by scripts/build-rt.sh and carried along);
 # plugin wheels in .carry/wheels (scripts/build-plugin-wheels.sh) are installed
-# too: pygpukit-gemm and pygpukit-nn before the tests (their tests run with
+# too: pygpukit-gemm, pygpukit-nn and pygpukit-triton before the tests (their tests run with
 # core's), the example plugin after them, for tests-integration/plugin.
 # TESTS="paths" runs only those tests; SKIP_WARM=1 skips compiling core's
 # kernels up front; SKIP_BENCH=1 skips the benchmark, BENCH_ARGS adds to it.
@@ -29,7 +29,7 @@ PYGPUKIT_PREBUILT_RT="$RT" python3 -m pip install -v --no-build-isolation --no-d
 export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
 WHEELS="$ROOT/.carry/wheels"
 PLUGIN_TESTS=()
-for plugin in gemm nn; do
+for plugin in gemm nn triton; do
   if compgen -G "$WHEELS/pygpukit_${plugin}-*.whl" > /dev/null; then
     python3 -m pip install --no-deps --no-index --target "$SITE" "$WHEELS"/pygpukit_${plugin}-*.whl >> "$OUT/install.log" 2>&1 || { tail -n 20 "$OUT/install.log"; exit 3; }
     PLUGIN_TESTS+=("$ROOT/packages/pygpukit-${plugin}/tests")

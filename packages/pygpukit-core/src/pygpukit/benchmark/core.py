@@ -33,6 +33,7 @@ from .scheduler import bench_scheduler
 from .softmax import bench_softmax
 from .sorting import bench_sorting
 from .transfer import bench_transfer
+from .triton_ops import bench_triton_ops
 
 
 def _impls(quick: bool):
@@ -290,4 +291,5 @@ SUITE = {
     "sorting": bench_sorting,
     "scheduler": bench_scheduler,
     "transfer": bench_transfer,
+    "triton_ops": bench_triton_ops,
 }
