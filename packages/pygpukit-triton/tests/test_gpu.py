@@ -17,7 +17,7 @@ FLOATS = [np.float32, np.float16, gp.bfloat16]
 HALF = [np.float16, gp.bfloat16]
 # matmul / attention: float32 accumulation over K (or keys), output rounded once; attention's
 # P is rounded to the dtype before P @ V (as flash-attn), one more half-precision rounding.
-MM_TOL = {np.dtype(np.float16): 3e-3, np.dtype(gp.bfloat16): 1.5e-2}
+MM_TOL = {np.dtype(np.float16): 3e-3, np.dtype(gp.bfloat16): 2e-2}
 
 
 def ops():

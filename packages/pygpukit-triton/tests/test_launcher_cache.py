@@ -35,9 +35,9 @@ def test_key_separates_what_triton_specializes():
 
     info = launcher._Kernel(_jit())
     assert info.names == ["x", "y", "out", "n", "alpha", "BLOCK", "EVEN"]
-    assert info.constexpr == {5, 6}
+    assert info.by_value == (False, False, False, False, False, True, True)  # BLOCK and EVEN are constexprs
     x, y, out = _arrays()
-    key = lambda *a, **m: launcher._key(info, a, m)[0]
+    key = lambda *a, **m: launcher._key(info, a, m)
     base = key(x, y, out, 64, 2.0, 128)
     assert key(x, y, out, 64, -7.5, 128) == base  # float values are not specialized
     assert key(x, y, out, 48, 2.0, 128) == base  # both multiples of 16, both i32
@@ -78,6 +78,9 @@ def no_device(monkeypatch):
 
     monkeypatch.setattr(launcher, "_gate_enter", lambda stream: 0)
     monkeypatch.setattr(launcher, "current_stream_handle", lambda: 77)
+    from triton import knobs
+
+    monkeypatch.setattr(launcher, "_runtime_knobs", knobs.runtime)  # as after a first launch
 
 
 def test_cached_entry_fills_parameters_and_grid(no_device):
@@ -121,7 +124,7 @@ def test_autotuned_entry_takes_the_chosen_config(no_device):
     assert compiled.run.calls[-1][0] == 1 and compiled.run.calls[-1][-2:] == (256, False)
     # another value of the tuning key is another entry (Triton's path, which needs a GPU)
     info = launcher._kernels[id(tuner)]
-    assert launcher._key(info, (x, y, out, 64, 2.0), {})[0] != launcher._key(info, (x, y, out, 80, 2.0), {})[0]
+    assert launcher._key(info, (x, y, out, 64, 2.0), {}) != launcher._key(info, (x, y, out, 80, 2.0), {})
 
 
 def test_bad_kernel_and_grid_are_reported():
@@ -131,3 +134,25 @@ def test_bad_kernel_and_grid_are_reported():
         launcher._check(np.add, (1,))
     with pytest.raises(ValueError, match="grid must be 1 to 3"):
         launcher._check(_jit(), (1, 2, 3, 4))
+
+
+def test_launch_hooks_send_calls_through_triton(no_device, monkeypatch):
+    from triton import knobs
+
+    from pygpukit_triton import launcher
+
+    jit = _jit()
+    x, y, out = _arrays()
+    compiled = _FakeCompiled()
+    launcher._remember(jit, compiled, (x, y, out, 64, 1.5), {"BLOCK": 64})
+    taken = []
+    monkeypatch.setattr(launcher, "_slow", lambda *a: taken.append(a))
+    hook = lambda metadata: None
+    knobs.runtime.launch_enter_hook.add(hook)
+    try:
+        launcher.launch(jit, (1,), x, y, out, 64, 1.5, BLOCK=64)
+    finally:
+        knobs.runtime.launch_enter_hook.remove(hook)
+    assert len(taken) == 1 and compiled.run.calls == []
+    launcher.launch(jit, (1,), x, y, out, 64, 1.5, BLOCK=64)
+    assert len(taken) == 1 and len(compiled.run.calls) == 1

@@ -16,20 +16,11 @@ from typing import Any
 
 from ._triton import TritonBackendError, TritonNotInstalledError, available
 from .array import TritonArray
+from .launcher import launch
 
 __version__ = "0.1.0"
 
 __all__ = ["TritonArray", "TritonBackendError", "TritonNotInstalledError", "available", "launch", "tensor"]
-
-
-def launch(kernel: Any, grid: Any, *args: Any, **meta: Any) -> None:
-    """Run Triton ``kernel`` over ``grid`` (1 to 3 ints, or a callable of the named
-    arguments) with ``args`` (GPUArrays for tensor parameters, scalars) and ``meta``
-    (constexprs and options such as ``num_warps``), on pygpukit's current stream."""
-    from . import _triton, launcher
-
-    _triton.require()
-    launcher.launch(kernel, grid, *args, **meta)
 
 
 def tensor(array: Any) -> TritonArray:

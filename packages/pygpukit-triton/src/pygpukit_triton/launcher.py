@@ -40,7 +40,7 @@ class _Uncacheable(Exception):
 class _Kernel:
     """What the fast path needs to know of a kernel: its JITFunction's parameters."""
 
-    __slots__ = ("constexpr", "jit", "kernel", "names", "tuned", "tuner")
+    __slots__ = ("by_value", "jit", "kernel", "names", "slot", "tuner")
 
     def __init__(self, kernel: Any) -> None:
         from triton.runtime.autotuner import Autotuner
@@ -51,8 +51,10 @@ class _Kernel:
         self.jit = kernel if isinstance(kernel, JITFunction) else (kernel.fn if self.tuner is not None else None)
         params = self.jit.params if self.jit is not None else []
         self.names = [p.name for p in params]
-        self.constexpr = frozenset(p.num for p in params if p.is_constexpr)
-        self.tuned = frozenset(self.names.index(k) for k in self.tuner.keys if k in self.names) if self.tuner else frozenset()
+        self.slot = {name: i for i, name in enumerate(self.names)}
+        tuned = set(self.tuner.keys) if self.tuner is not None else set()
+        # per parameter: keyed by its value (a constexpr, an autotuner key) or by its _token
+        self.by_value = tuple(p.is_constexpr or p.name in tuned for p in params)
 
 
 class _Entry:
@@ -89,21 +91,20 @@ def _token(a: Any) -> Any:
 
 
 def _key(info: _Kernel, args: tuple, meta: dict) -> tuple:
+    """The cache key of a call (see the module docstring); _Uncacheable if it has none."""
     if info.jit is None:
         raise _Uncacheable
-    ce, tuned = info.constexpr, info.tuned
+    if len(args) > len(info.names):
+        raise _Uncacheable  # too many arguments: Triton's path reports it
     key: list[Any] = [id(info.kernel)]
-    for i, a in enumerate(args):
-        key.append(a if i in ce or i in tuned else _token(a))
-    names = info.names
-    for k, v in meta.items():
-        i = names.index(k) if k in names else -1
-        key.append(k)
-        key.append(v if i < 0 or i in ce or i in tuned else _token(v))
-    try:
-        return tuple(key), hash(tuple(key))
-    except TypeError:  # an unhashable constexpr
-        raise _Uncacheable from None
+    key += [a if v else _token(a) for a, v in zip(args, info.by_value)]
+    if meta:
+        slot, by_value = info.slot, info.by_value
+        for k, v in meta.items():
+            i = slot.get(k, -1)
+            key.append(k)
+            key.append(v if i < 0 or by_value[i] else _token(v))
+    return tuple(key)  # may hold an unhashable constexpr: the dict lookups catch that
 
 
 def _wrap(a: Any) -> Any:
@@ -149,31 +150,35 @@ def launch(kernel: Any, grid: Any, *args: Any, **meta: Any) -> Any:
     info = _kernels.get(id(kernel))
     if info is not None:
         try:
-            key, _ = _key(info, args, meta)
-            entry = _entries.get(key)
-        except _Uncacheable:
+            entry = _entries.get(_key(info, args, meta))
+        except (_Uncacheable, TypeError):
             entry = None
         if entry is not None and not _hooks():
             return _fast(entry, info, grid, args, meta)
     return _slow(kernel, grid, args, meta)
 
 
-def _hooks() -> bool:
-    from triton import knobs
+_runtime_knobs: Any = None  # triton.knobs.runtime, set by the first (slow) launch
 
-    return bool(knobs.runtime.launch_enter_hook.calls or knobs.runtime.launch_exit_hook.calls)
+
+def _hooks() -> bool:
+    """Whether launch hooks (profilers) are installed: those calls take Triton's path."""
+    rk = _runtime_knobs
+    return rk is None or bool(rk.launch_enter_hook.calls or rk.launch_exit_hook.calls)
 
 
 def _fast(entry: _Entry, info: _Kernel, grid: Any, args: tuple, meta: dict) -> None:
     for (name, _), (val, scope) in entry.globals:
         if scope.get(name) != val:
             raise RuntimeError(f"Global variable {name} has changed since this kernel was compiled")
-    vals = entry.template.copy()
-    for i, a in enumerate(args):
-        vals[i] = _value(a)
+    vals = [_value(a) for a in args]
+    vals += entry.template[len(args) :]
     for name, i in entry.kw_slots:
         vals[i] = _value(meta[name])
-    g0, g1, g2 = _grid(grid, info, args, meta, entry.template)
+    if type(grid) is tuple and len(grid) == 1:
+        g0, g1, g2 = grid[0], 1, 1
+    else:
+        g0, g1, g2 = _grid(grid, info, args, meta, entry.template)
     stream = current_stream_handle()
     token = _gate_enter(stream)
     entry.launch(g0, g1, g2, stream, entry.function, *entry.prefix, entry.packed, None, None, None, *vals)
@@ -203,6 +208,11 @@ def _slow(kernel: Any, grid: Any, args: tuple, meta: dict) -> None:
             )
         kernel[grid](*wargs, **wmeta)
         return
+    global _runtime_knobs
+    if _runtime_knobs is None:
+        from triton import knobs
+
+        _runtime_knobs = knobs.runtime
     driver.activate()
     stream = current_stream_handle()
     token = _gate_enter(stream)
@@ -219,8 +229,9 @@ def _remember(kernel: Any, compiled: Any, args: tuple, meta: dict) -> None:
     if info.jit is None or compiled is None or not hasattr(compiled, "packed_metadata") or _hooks():
         return
     try:
-        key, _ = _key(info, args, meta)
-    except _Uncacheable:
+        key = _key(info, args, meta)
+        hash(key)
+    except (_Uncacheable, TypeError):
         return
     config: dict[str, Any] = {}
     if info.tuner is not None:
