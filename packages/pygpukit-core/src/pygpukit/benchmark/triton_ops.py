@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -60,29 +61,29 @@ def _gp_calls(quick: bool, rng: np.random.Generator) -> dict[str, Callable[[], o
         if op in ("", "rms_norm", "layer_norm", "add_rms_norm", "softmax", "swiglu", "geglu"):
             s = _dims(case)[0]
             x, r, gu, w = bf(s, s), bf(s, s), bf(s, 2 * s), bf(s)
-            calls[case] = {
+            ops: dict[str, Callable[[], object]] = {
                 "": x.copy,
-                "rms_norm": lambda x=x, w=w: nn.rms_norm(x, w, 1e-6),
-                "layer_norm": lambda x=x, w=w: nn.layer_norm(x, w, w, 1e-5),
-                "add_rms_norm": lambda x=x, r=r, w=w: nn.add_rms_norm(x, r, w, 1e-6),
-                "softmax": lambda x=x: gp.softmax(x),
-                "swiglu": lambda gu=gu: nn.swiglu(gu),
-                "geglu": lambda gu=gu: nn.geglu(gu),
-            }[op]
+                "rms_norm": partial(nn.rms_norm, x, w, 1e-6),
+                "layer_norm": partial(nn.layer_norm, x, w, w, 1e-5),
+                "add_rms_norm": partial(nn.add_rms_norm, x, r, w, 1e-6),
+                "softmax": partial(gp.softmax, x),
+                "swiglu": partial(nn.swiglu, gu),
+                "geglu": partial(nn.geglu, gu),
+            }
+            calls[case] = ops[op]
         elif op == "rope":
             t = _dims(case)[0]
             q, k = bf(t, HQ, D), bf(t, HKV, D)
             inv, factor = positional.rope_frequencies(D)
             cs, pos = positional.rope_cos_sin(inv, t, factor), gp.from_numpy(np.arange(t, dtype=np.int32))
-            calls[case] = lambda q=q, k=k, cs=cs, pos=pos: nn.apply_rope(q, k, cs, pos)
+            calls[case] = partial(nn.apply_rope, q, k, cs, pos)
         elif op == "matmul":
             m = _dims(case)[0]
-            a, b = bf(m, m), bf(m, m)
-            calls[case] = lambda a=a, b=b: a @ b
+            calls[case] = partial(gp.matmul, bf(m, m), bf(m, m))
         else:
             sa = _dims(case)[2]
             q, k, v = bf(1, HQ, sa, D), bf(1, HKV, sa, D), bf(1, HKV, sa, D)
-            calls[case] = lambda q=q, k=k, v=v: nn.scaled_dot_product_attention(q, k, v, causal=True)
+            calls[case] = partial(nn.scaled_dot_product_attention, q, k, v, causal=True)
     return calls
 
 
@@ -96,24 +97,34 @@ def _torch_calls(torch: Any, quick: bool, rng: np.random.Generator) -> dict[str,
             s = _dims(case)[0]
             x, r, gu, w, out = bf(s, s), bf(s, s), bf(s, 2 * s), bf(s), bf(s, s)
             g, u = gu.chunk(2, dim=-1)
-            calls[case] = {
-                "": lambda x=x, out=out: out.copy_(x),
-                "rms_norm": lambda x=x, w=w, s=s: F.rms_norm(x, (s,), w, 1e-6),
-                "layer_norm": lambda x=x, w=w, s=s: F.layer_norm(x, (s,), w, w, 1e-5),
-                "add_rms_norm": lambda x=x, r=r, w=w, s=s: F.rms_norm(x + r, (s,), w, 1e-6),
-                "softmax": lambda x=x: torch.softmax(x, -1),
-                "swiglu": lambda g=g, u=u: F.silu(g) * u,
-                "geglu": lambda g=g, u=u: F.gelu(g) * u,
-            }[op]
+            table: dict[str, Callable[[], object]] = {
+                "": partial(out.copy_, x),
+                "rms_norm": partial(F.rms_norm, x, (s,), w, 1e-6),
+                "layer_norm": partial(F.layer_norm, x, (s,), w, w, 1e-5),
+                "add_rms_norm": partial(_add_then, F.rms_norm, x, r, (s,), w, 1e-6),
+                "softmax": partial(torch.softmax, x, -1),
+                "swiglu": partial(_gated, F.silu, g, u),
+                "geglu": partial(_gated, F.gelu, g, u),
+            }
+            calls[case] = table[op]
         elif op == "matmul":
             m = _dims(case)[0]
-            a, b = bf(m, m), bf(m, m)
-            calls[case] = lambda a=a, b=b: a @ b
+            calls[case] = partial(torch.matmul, bf(m, m), bf(m, m))
         elif op == "sdpa":
             sa = _dims(case)[2]
             q, k, v = bf(1, HQ, sa, D), bf(1, HQ, sa, D), bf(1, HQ, sa, D)  # K, V repeated to HQ heads: torch's GQA does that work
-            calls[case] = lambda q=q, k=k, v=v: F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            calls[case] = partial(F.scaled_dot_product_attention, q, k, v, is_causal=True)
     return calls
+
+
+def _add_then(norm: Callable[..., Any], x: Any, r: Any, *args: Any) -> tuple[Any, Any]:
+    """torch's unfused residual add + norm: (norm(x + r), x + r)."""
+    h = x + r
+    return norm(h, *args), h
+
+
+def _gated(act: Callable[..., Any], g: Any, u: Any) -> Any:
+    return act(g) * u
 
 
 def _rate(amount: float, ms: float, metric: str) -> float:
