@@ -172,6 +172,11 @@ def test_autotuned_user_kernel(rng):
         pt.launch(user_kernels.scaled_copy_tuned, lambda m, n=n: (triton.cdiv(n, m["BLOCK"]),), gp.from_numpy(x), out, n, 3.0)
         assert np.allclose(out.to_numpy(), 3.0 * x, rtol=1e-6)
     assert user_kernels.scaled_copy_tuned.best_config.kwargs["BLOCK"] in (64, 256)
+    # reset_to_zero: the autotuner zeroes `total` (TritonArray.zero_) before each timed run
+    x = rand(rng, 70_000, np.float32)
+    total = gp.zeros((1,), gp.float32)
+    pt.launch(user_kernels.sum_atomic_tuned, lambda m: (triton.cdiv(70_000, m["BLOCK"]),), gp.from_numpy(x), total, 70_000)
+    assert np.isclose(total.to_numpy()[0], x.astype(np.float64).sum(), rtol=1e-4, atol=1e-2)
 
 
 def test_launches_run_on_pygpukits_current_stream():

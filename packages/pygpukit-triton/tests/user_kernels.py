@@ -38,3 +38,11 @@ def spin_then_fill(out, n, value, iters, BLOCK: tl.constexpr):
     for _ in range(iters):
         acc = acc * 0.5 + 1.0
     tl.store(out + offs, value + (acc - 2.0), mask=offs < n)
+
+
+@triton.autotune(configs=[triton.Config({"BLOCK": 64}), triton.Config({"BLOCK": 512})], key=["n"], reset_to_zero=["total"])
+@triton.jit
+def sum_atomic_tuned(x, total, n, BLOCK: tl.constexpr):
+    """total += sum(x): the autotuner must zero ``total`` before each timed run (TritonArray.zero_)."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.atomic_add(total, tl.sum(tl.load(x + offs, mask=offs < n, other=0.0), axis=0))
