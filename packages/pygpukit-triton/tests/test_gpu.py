@@ -201,3 +201,34 @@ def test_launches_run_on_pygpukits_current_stream():
             result[...] = out
         stream.synchronize()
         assert np.array_equal(result.to_numpy(), np.full(n, 14.0, np.float32)), direct
+
+
+NO_TORCH_SCRIPT = """
+import sys
+import numpy as np, triton
+import pygpukit as gp, pygpukit_triton as pt
+import user_kernels
+n = 5000
+x = gp.from_numpy(np.arange(n, dtype=np.float32))
+out = gp.empty((n,), gp.float32)
+pt.launch(user_kernels.vector_add, (triton.cdiv(n, 1024),), x, x, out, n, BLOCK=1024)
+assert np.array_equal(out.to_numpy(), 2 * np.arange(n, dtype=np.float32))
+user_kernels.vector_add[(triton.cdiv(n, 256),)](pt.tensor(x), pt.tensor(x), pt.tensor(out), n, BLOCK=256)
+pt.launch(user_kernels.scaled_copy_tuned, lambda m: (triton.cdiv(n, m["BLOCK"]),), x, out, n, 0.5)
+assert np.array_equal(out.to_numpy(), 0.5 * np.arange(n, dtype=np.float32))
+assert "torch" not in sys.modules, "torch was imported"
+print("OK")
+"""
+
+
+def test_kernels_launch_and_autotune_without_torch(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from triton_testing import path_without
+
+    tests = os.path.dirname(os.path.abspath(__file__))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([tests, *path_without(tmp_path, "torch")]))
+    run = subprocess.run([sys.executable, "-S", "-c", NO_TORCH_SCRIPT], capture_output=True, text=True, env=env, timeout=900)
+    assert run.returncode == 0 and run.stdout.strip().endswith("OK"), run.stdout[-3000:] + run.stderr[-3000:]

@@ -11,6 +11,8 @@ import subprocess
 import sys
 import textwrap
 
+from triton_testing import path_without
+
 SCRIPT = textwrap.dedent(
     """
     import importlib.util, sys
@@ -52,28 +54,8 @@ SCRIPT = textwrap.dedent(
 )
 
 
-def _path_without_triton(tmp_path) -> list[str]:
-    """sys.path with each directory that holds triton replaced by a directory of
-    links to everything else in it."""
-    out = []
-    for i, p in enumerate(sys.path):
-        if not p or not os.path.isdir(p):
-            continue
-        names = os.listdir(p)
-        if not any(n == "triton" or n.startswith("triton-") for n in names):
-            out.append(p)
-            continue
-        shadow = tmp_path / f"path{i}"
-        shadow.mkdir()
-        for n in names:
-            if n != "triton" and not n.startswith("triton-"):
-                os.symlink(os.path.join(p, n), shadow / n)
-        out.append(str(shadow))
-    return out
-
-
 def test_pygpukit_works_and_triton_use_names_the_install(tmp_path):
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(_path_without_triton(tmp_path)))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(path_without(tmp_path, "triton")))
     env.pop("TRITON_INTERPRET", None)
     run = subprocess.run([sys.executable, "-S", "-c", SCRIPT], capture_output=True, text=True, env=env, timeout=300)
     assert run.returncode == 0 and run.stdout.strip().endswith("OK"), run.stdout[-3000:] + run.stderr[-3000:]

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import os
+import sys
 
 import numpy as np
 
@@ -104,3 +106,25 @@ def ref_attention(q, k, v, causal, scale=None):
     e = np.exp(s - np.where(np.isfinite(m), m, 0))
     tot = e.sum(axis=-1, keepdims=True)
     return np.einsum("bhqk,bhkd->bhqd", e / np.where(tot > 0, tot, 1), v)
+
+
+def path_without(tmp_path, *names: str) -> list[str]:
+    """sys.path with each directory that holds one of the packages ``names``
+    replaced by a directory of links to everything else in it (for a subprocess
+    run with ``python -S``: an environment without those packages)."""
+    hidden = lambda n: any(n == p or n.startswith((f"{p}-", f"{p}.")) for p in names)
+    out = []
+    for i, p in enumerate(sys.path):
+        if not p or not os.path.isdir(p):
+            continue
+        entries = os.listdir(p)
+        if not any(hidden(n) for n in entries):
+            out.append(p)
+            continue
+        shadow = tmp_path / f"path{i}"
+        shadow.mkdir()
+        for n in entries:
+            if not hidden(n):
+                os.symlink(os.path.join(p, n), shadow / n)
+        out.append(str(shadow))
+    return out
