@@ -23,11 +23,14 @@ def matmul(A, B, C, M, N, K, sab, sam, sak, sbb, sbk, sbn, scb, scm, scn,
     rm = pm * BLOCK_M + tl.arange(0, BLOCK_M)
     rn = pn * BLOCK_N + tl.arange(0, BLOCK_N)
     rk = tl.arange(0, BLOCK_K)
-    # rows and columns past the edge read row / column 0 (wrapped): they are never stored
-    am = tl.where(rm < M, rm, 0).to(tl.int64)
-    bn = tl.where(rn < N, rn, 0).to(tl.int64)
-    a_ptrs = A + batch * sab + am[:, None] * sam + rk[None, :] * sak
-    b_ptrs = B + batch * sbb + rk[:, None] * sbk + bn[None, :] * sbn
+    # rows and columns past the edge read row / column (index mod M or N): never stored. The
+    # modulo keeps the offsets' contiguity visible to the compiler (vector loads, pipelining).
+    am = rm % M
+    bn = rn % N
+    A += batch * sab  # the batch's matrices: a scalar step, so the tile offsets stay 32-bit
+    B += batch * sbb
+    a_ptrs = A + am[:, None] * sam + rk[None, :] * sak
+    b_ptrs = B + rk[:, None] * sbk + bn[None, :] * sbn
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k in range(0, tl.cdiv(K, BLOCK_K)):
         left = K - k * BLOCK_K
@@ -36,7 +39,7 @@ def matmul(A, B, C, M, N, K, sab, sam, sak, sbb, sbk, sbn, scb, scm, scn,
         acc = tl.dot(a, b, acc)
         a_ptrs += BLOCK_K * sak
         b_ptrs += BLOCK_K * sbk
-    c_ptrs = C + batch * scb + rm[:, None].to(tl.int64) * scm + rn[None, :] * scn
+    c_ptrs = C + batch * scb + rm[:, None] * scm + rn[None, :] * scn
     tl.store(c_ptrs, acc.to(C.dtype.element_ty), mask=(rm[:, None] < M) & (rn[None, :] < N))
 
 
