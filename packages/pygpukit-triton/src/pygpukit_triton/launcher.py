@@ -14,7 +14,8 @@ addresses as ints, which the launcher takes without a driver query) and
 calls the compiled launcher directly. Calls that cannot be keyed (tuples,
 tensor descriptors, torch tensors, heuristics-wrapped kernels, a chosen
 autotuner config with a pre_hook, launch hooks installed) always take
-Triton's path.
+Triton's path, as does every call on a Triton other than 3.6 (the version
+whose generated launcher this fills).
 """
 
 from __future__ import annotations
@@ -69,6 +70,9 @@ class _Entry:
         self.template, self.kw_slots, self.globals = template, kw_slots, globals_
 
 
+# The launcher's argument layout this fast path fills is that of Triton 3.6's generated
+# CUDA launcher; other versions always take Triton's own dispatch.
+FAST_PATH_TRITON = "3.6."
 _kernels: dict[int, _Kernel] = {}
 _entries: dict[tuple, _Entry] = {}
 _ENTRIES_MAX = 8192
@@ -223,6 +227,10 @@ def _slow(kernel: Any, grid: Any, args: tuple, meta: dict) -> None:
 
 
 def _remember(kernel: Any, compiled: Any, args: tuple, meta: dict) -> None:
+    import triton
+
+    if not triton.__version__.startswith(FAST_PATH_TRITON):
+        return
     info = _kernels.get(id(kernel))
     if info is None:
         info = _kernels[id(kernel)] = _Kernel(kernel)
