@@ -13,7 +13,7 @@ from typing import Any
 
 import pygpukit as gp
 
-INSTALL_HINT = "pip install triton (or pip install 'pygpukit-triton[triton]')"
+INSTALL_HINT = "pip install triton==3.6.* (or pip install 'pygpukit-triton[triton]')"
 
 
 class TritonNotInstalledError(gp.PyGPUkitError, ImportError):
