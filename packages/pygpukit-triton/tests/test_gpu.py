@@ -179,6 +179,21 @@ def test_autotuned_user_kernel(rng):
     assert np.isclose(total.to_numpy()[0], x.astype(np.float64).sum(), rtol=1e-4, atol=1e-2)
 
 
+def test_triton_do_bench_times_with_pygpukit_events(rng):
+    import triton
+    import triton.testing
+
+    import pygpukit_triton as pt
+
+    n = 1 << 22
+    x, out = gp.from_numpy(rand(rng, n, np.float32)), gp.empty((n,), gp.float32)
+    call = lambda: pt.launch(user_kernels.vector_add, (triton.cdiv(n, 1024),), x, x, out, n, BLOCK=1024)
+    ms = triton.testing.do_bench(call, warmup=5, rep=20)
+    assert 0 < ms < 100  # 48 MiB moved: well under a millisecond on an H100
+    median, low, high = triton.testing.do_bench(call, warmup=5, rep=20, quantiles=[0.5, 0.2, 0.8])
+    assert 0 < low <= median <= high
+
+
 def test_launches_run_on_pygpukits_current_stream():
     import triton
 

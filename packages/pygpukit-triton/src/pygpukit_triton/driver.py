@@ -8,18 +8,16 @@ say that a GPU exists; without torch Triton has no driver at all. This
 driver skips both and answers from pygpukit's runtime, so kernels launch
 with torch absent. Once active (``activate()``, done by every
 pygpukit_triton launch), a Triton launch without an explicit stream runs on
-pygpukit's current stream (``with gp.Stream():`` included). The autotuner
-times configs with pygpukit events, and kernels that need a global scratch
-buffer get it from pygpukit's pool.
+pygpukit's current stream (``with gp.Stream():`` included). Its device
+interface (what ``triton.testing.do_bench``, and so the autotuner, times
+with) is pygpukit's events, and kernels that need a global scratch buffer
+get it from pygpukit's pool.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
 from typing import Any
-
-import numpy as np
 
 import pygpukit as gp
 from pygpukit import _runtime
@@ -30,6 +28,29 @@ from . import _triton
 _lock = threading.Lock()
 _driver: Any = None  # the PygpukitDriver once made
 L2_FLUSH_BYTES = 256 << 20  # as triton.testing.do_bench: larger than the H100's 50 MiB L2
+
+
+class _TimingEvent:
+    """torch.cuda.Event as triton.testing.do_bench uses it, on pygpukit's current stream."""
+
+    def __init__(self, enable_timing: bool = False) -> None:
+        self._event = gp.Event(timing=enable_timing)
+
+    def record(self) -> None:
+        self._event.record()
+
+    def elapsed_time(self, end: _TimingEvent) -> float:
+        return self._event.elapsed_time(end._event)
+
+
+class DeviceInterface:
+    """The ``torch.cuda`` subset Triton's benchmarking calls (synchronize, Event)."""
+
+    Event = _TimingEvent
+
+    @staticmethod
+    def synchronize() -> None:
+        gp.synchronize()
 
 
 def _make_driver_class() -> type:
@@ -69,8 +90,8 @@ def _make_driver_class() -> type:
 
             return torch.device("cuda", self._rt.device)
 
-        def get_benchmarker(self) -> Callable[..., Any]:
-            return do_bench
+        def get_device_interface(self) -> Any:
+            return DeviceInterface
 
         def get_empty_cache_for_benchmark(self) -> Any:
             return gp.empty((L2_FLUSH_BYTES // 4,), gp.int32)
@@ -105,39 +126,3 @@ def _install_allocator(triton: Any) -> None:
 
     if _allocation._allocator.get() is _allocation._NULL_ALLOCATOR:
         triton.set_allocator(lambda size, align, stream: TritonArray(gp.empty((max(int(size), 1),), gp.uint8)))
-
-
-def do_bench(fn: Callable[[], Any], warmup: int = 25, rep: int = 100, quantiles: Sequence[float] | None = None,
-             return_mode: str = "mean") -> Any:  # fmt: skip
-    """triton.testing.do_bench with pygpukit events: milliseconds per call of ``fn``
-    after ``warmup`` ms of calls, over about ``rep`` ms, the L2 flushed before each
-    call; ``quantiles`` of the times, else their ``return_mode`` (mean, median, min, max)."""
-    cache = gp.empty((L2_FLUSH_BYTES // 4,), gp.int32)
-    fn()
-    gp.synchronize()
-    start, end = gp.Event(timing=True), gp.Event(timing=True)
-    start.record()
-    for _ in range(5):
-        cache[...] = 0
-        fn()
-    end.record()
-    end.synchronize()
-    estimate = max(start.elapsed_time(end) / 5, 1e-3)
-    for _ in range(max(1, int(warmup / estimate))):
-        fn()
-    n = max(1, int(rep / estimate))
-    events = [(gp.Event(timing=True), gp.Event(timing=True)) for _ in range(n)]
-    for s, e in events:
-        cache[...] = 0
-        s.record()
-        fn()
-        e.record()
-    gp.synchronize()
-    times = np.array([s.elapsed_time(e) for s, e in events], dtype=np.float64)
-    if quantiles is not None:
-        out = [float(q) for q in np.quantile(times, list(quantiles))]
-        return out[0] if len(out) == 1 else out
-    modes = {"mean": np.mean, "median": np.median, "min": np.min, "max": np.max}
-    if return_mode not in modes:
-        raise ValueError(f"do_bench: return_mode must be one of {', '.join(modes)}, got {return_mode!r}")
-    return float(modes[return_mode](times))
