@@ -96,7 +96,7 @@ def test_transformer_block_with_any_mix_of_triton_and_native(triton_plugin, rng,
             assert gp.ops.which("rms_norm", x, x[0, 0], 1e-6) == "triton:triton"
         mixed = forward(x, pos).to_numpy()
     # bfloat16: each op rounds its output to 8 bits; the block chains about ten of them
-    assert rel_err(mixed, native) < (3e-2 if np.dtype(dtype) == np.dtype(gp.bfloat16) else 6e-3)
+    assert rel_err(mixed, native) < (3e-2 if np.dtype(dtype) == np.dtype(gp.bfloat16) else 1e-2)
     assert np.isfinite(mixed.astype(np.float32)).all()
 
 
