@@ -262,6 +262,7 @@ def _remember(kernel: Any, compiled: Any, args: tuple, meta: dict) -> None:
         else:
             return  # Triton would have raised; nothing to keep
     launcher = compiled.run
+    prefix: tuple[Any, ...]
     if launcher.global_scratch_size or launcher.profile_scratch_size:  # CudaLauncher allocates the scratch
         launch_fn, prefix = launcher, ()
     else:  # its C entry point, past the Python frame of CudaLauncher.__call__
