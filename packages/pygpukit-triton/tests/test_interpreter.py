@@ -153,11 +153,12 @@ def test_matmul_batched_and_broadcast(rng, dtype):
 @pytest.mark.skipif(not LOOPS_OK, reason=LOOP_REASON)
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("layout", ["bhsd", "bshd"])
-def test_flash_attention_gqa(rng, causal, layout):
+@pytest.mark.parametrize(("sq", "sk"), [(21, 30), (40, 24), (64, 64)])  # 40 > 24: the first causal queries see no key
+def test_flash_attention_gqa(rng, causal, layout, sq, sk):
     from pygpukit_nn import attention
 
     dt = np.dtype(np.float16)
-    q, k, v = rand(rng, (2, 4, 21, 32), dt), rand(rng, (2, 2, 30, 32), dt), rand(rng, (2, 2, 30, 32), dt)
+    q, k, v = rand(rng, (2, 4, sq, 32), dt), rand(rng, (2, 2, sk, 32), dt), rand(rng, (2, 2, sk, 32), dt)
     ref = ref_attention(q, k, v, causal)
     tr = (lambda a: np.ascontiguousarray(a.transpose(0, 2, 1, 3))) if layout == "bshd" else (lambda a: a)
     got = ops().sdpa(*(gp.from_numpy(tr(a)) for a in (q, k, v)), None, causal, None, None, None, layout).to_numpy()
