@@ -42,8 +42,10 @@ def tests(session: nox.Session) -> None:
     """All Python tests on the CPU backend, against the installed wheels (not the source tree)."""
     _install_packages(session)
     # transformers: the reference of the tokenizer tests; safetensors: the llm tests write model directories with it;
-    # scipy, librosa, soundfile: the references of pygpukit-audio (and load's reader)
-    session.install("pytest>=8", "hypothesis>=6", "transformers>=4.45", "safetensors>=0.8", "scipy>=1.11", "librosa>=0.10", "soundfile>=0.12")
+    # scipy, librosa, soundfile: the references of pygpukit-audio (and load's reader);
+    # triton: pygpukit-triton's kernels run in Triton's interpreter on the CPU backend (no torch, no GPU needed)
+    session.install("pytest>=8", "hypothesis>=6", "transformers>=4.45", "safetensors>=0.8", "scipy>=1.11", "librosa>=0.10", "soundfile>=0.12",
+                    "triton==3.6.*")  # fmt: skip
     env = {"PYGPUKIT_CACHE_DIR": str(ROOT / ".nox" / "kernel-cache")}
     session.run("pytest", "-q", *TEST_DIRS, f"--ignore={EXAMPLE_PLUGIN_TESTS}", *session.posargs, env=env)
     # a third-party plugin, built and installed now: discovery, listing, routing, disabling

@@ -1,4 +1,4 @@
-"""python -m pygpukit.benchmark [--quick] [--only NAME] [--json PATH] [--compare OLD.json] [--markdown]"""
+"""python -m pygpukit.benchmark [--quick] [--only NAME] [--backends native,triton] [--json PATH] [--compare OLD.json] [--markdown]"""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import sys
 import pygpukit as gp
 
 from . import core
-from .harness import Recorder, compare, table, write_json
+from .harness import BACKENDS, Recorder, compare, table, write_json
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -20,12 +20,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--compare", metavar="OLD.json", help="flag regressions against an earlier results file")
     p.add_argument("--threshold", type=float, default=0.05, help="relative loss that counts as a regression (default 0.05)")
     p.add_argument("--markdown", action="store_true", help="print the summary table as Markdown")
+    p.add_argument("--backends", default="native", help=f"op backends to compare where a suite can ({','.join(BACKENDS)}; default native)")
     args = p.parse_args(argv)
+    backends = tuple(b.strip() for b in args.backends.split(",") if b.strip())
+    if not backends or any(b not in BACKENDS for b in backends):
+        p.error(f"--backends: a comma-separated list of {', '.join(BACKENDS)}, got {args.backends!r}")
 
     info = gp.info()
     gpu = info.device_name or "cpu"
     print(f"pygpukit {info.version} on {gpu} ({info.backend})", flush=True)
-    rec = Recorder(gpu)
+    rec = Recorder(gpu, backends)
     for name in args.only or list(core.SUITE):
         print(f"[{name}]", flush=True)
         core.SUITE[name](rec, args.quick)

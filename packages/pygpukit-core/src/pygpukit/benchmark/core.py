@@ -35,6 +35,7 @@ from .scheduler import bench_scheduler
 from .softmax import bench_softmax
 from .sorting import bench_sorting
 from .transfer import bench_transfer
+from .triton_ops import bench_triton_ops
 
 
 def _impls(quick: bool):
@@ -294,4 +295,5 @@ SUITE = {
     "scheduler": bench_scheduler,
     "transfer": bench_transfer,
     "audio_dsp": bench_audio_dsp,
+    "triton_ops": bench_triton_ops,
 }

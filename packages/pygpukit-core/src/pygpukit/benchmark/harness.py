@@ -34,9 +34,13 @@ class Record:
     note: str = ""
 
 
+BACKENDS = ("native", "triton")  # what ``--backends`` may name: pygpukit's own kernels, pygpukit-triton's
+
+
 class Recorder:
-    def __init__(self, gpu: str) -> None:
+    def __init__(self, gpu: str, backends: tuple[str, ...] = ("native",)) -> None:
         self.gpu = gpu
+        self.backends = backends  # the op backends a suite that compares them measures (--backends)
         self.date = datetime.date.today().isoformat()
         self.records: list[Record] = []
 
