@@ -99,3 +99,33 @@ def test_new_cache_respects_the_model_context(tiny):
         model.new_cache(1, 100_000)
     cache = model.new_cache(2, 64, paged=True)
     assert cache.num_layers == 2 and cache.batch == 2
+
+
+@pytest.mark.parametrize("fmt,bound", [("int8", 4e-2), ("fp8", 0.15), ("int4", 0.5)])
+def test_quantize_on_load(tmp_path, fmt, bound):
+    pytest.importorskip("pygpukit_gemm")
+    from pygpukit_gemm.quant import dequantize_weight
+
+    from pygpukit_llm.generate import GenerationConfig, generate_ids
+
+    path = random_checkpoint(tmp_path / "m", "tiny-llama", seed=6, std=0.1)
+    full = pygpukit_llm.load(path, "float32")
+    quant = pygpukit_llm.load(path, "float32", quantize=fmt, group_size=64)
+    layer = quant.layers[0]
+    assert type(layer.attn.qkv).__name__ == "QuantizedLinear" and layer.attn.qkv.weight.format == fmt
+    assert layer.mlp.down.in_features == 256 and quant.lm_head.weight.dtype == gp.float32  # the head stays
+    ids = gp.from_numpy(np.array([[3, 14, 15, 92, 65, 35]], np.int32))
+    want, got = full(ids).to_numpy(), quant(ids).to_numpy()
+    err = np.abs(got - want).max() / np.abs(want).max()
+    assert 0 < err < bound, err  # quantized: close, not identical
+    # exactly the model whose projections are the dequantized weights
+    for fl, ql in zip(full.layers, quant.layers):
+        for f, q in ((fl.attn.qkv, ql.attn.qkv), (fl.attn.o, ql.attn.o), (fl.mlp.up, ql.mlp.up), (fl.mlp.down, ql.mlp.down)):
+            f.weight = dequantize_weight(q.weight, gp.float32)
+    same = full(ids).to_numpy()
+    assert np.abs(got - same).max() / np.abs(same).max() < 1e-5
+    assert len(list(generate_ids(quant, [[1, 2, 3]], GenerationConfig(max_new_tokens=4, greedy=True)))) == 4
+    with pytest.raises(ValueError, match="quantize must be"):
+        pygpukit_llm.load(path, quantize="int3")
+    with pytest.raises(ValueError, match="must divide hidden_size"):
+        pygpukit_llm.load(path, quantize=fmt, group_size=96)

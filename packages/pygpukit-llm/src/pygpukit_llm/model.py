@@ -31,7 +31,7 @@ from .spec import ModelSpec, Sources, spec_for
 from .text import text_generator
 from .tokenizer import Tokenizer
 
-__all__ = ["CausalLM", "DecoderLayer", "LoadError", "load"]
+__all__ = ["QUANTIZE", "CausalLM", "DecoderLayer", "LoadError", "QuantizedLinear", "load"]
 
 DTYPES = {"bfloat16": gp.bfloat16, "float16": gp.float16, "float32": gp.float32}
 _FLOATS = {np.dtype(d) for d in (gp.bfloat16, gp.float16, gp.float32, gp.float64)}
@@ -167,6 +167,8 @@ class _Weights:
         self.ckpt, self.spec, self.dtype, self.num_experts = ckpt, spec, dtype, num_experts
         self.used: set[str] = set()
         self.progress = progress
+        self.quantize: str | None = None  # weight-only quantization of the layers' projections
+        self.group_size = 128
 
     def names(self, logical: str, i: int = 0) -> list[list[str]] | None:
         """The tensors of ``logical`` (layer i): per expert when it has {e}, else one list."""
@@ -229,21 +231,55 @@ def _progress_bar(total: int, enabled: bool) -> Callable[[int], None]:
     return step
 
 
+class QuantizedLinear:
+    """A Linear over weight-only quantized weights (pygpukit-gemm's
+    ``quantize_weight``: int8 / int4 / fp8 with group scales): ``gp.ops.qlinear``,
+    the decode GEMV that reads the packed weights once on the GPU."""
+
+    def __init__(self, weight: Any, bias: gp.GPUArray | None) -> None:
+        self.weight, self.bias = weight, bias
+
+    @property
+    def out_features(self) -> int:
+        return int(self.weight.shape[0])
+
+    @property
+    def in_features(self) -> int:
+        return int(self.weight.shape[1])
+
+    def __call__(self, x: gp.GPUArray) -> gp.GPUArray:
+        return gp.ops.qlinear(x, self.weight, self.bias)
+
+    def __repr__(self) -> str:
+        return f"QuantizedLinear({self.in_features} -> {self.out_features}, {self.weight.format}, group {self.weight.group_size})"
+
+
+QUANTIZE = ("int8", "int4", "fp8")
+
+
 def load(
-    directory: str | os.PathLike[str],
-    dtype: Any = "bfloat16",
-    *,
-    max_seq_len: int | None = None,
-    batch: int = 1,
-    progress: bool | None = None,
-) -> CausalLM:
+    directory: str | os.PathLike[str], dtype: Any = "bfloat16", *, max_seq_len: int | None = None, batch: int = 1,
+    progress: bool | None = None, quantize: str | None = None, group_size: int = 128,
+) -> CausalLM:  # fmt: skip
     """Load a Hugging Face model directory (config.json and safetensors) onto the device.
 
     ``dtype``: "bfloat16", "float16" or "float32" (weights are converted on the
     device). Before any allocation the memory estimate for (dtype,
-    max_seq_len, batch) is checked against the free device memory, and every
-    tensor the architecture needs is looked up; a missing or misshapen tensor,
-    or one the architecture does not use, is an error naming it."""
+    max_seq_len, batch) is checked against the free device memory (with full
+    precision weights: conservative when quantizing), and every tensor the
+    architecture needs is looked up; a missing or misshapen tensor, or one the
+    architecture does not use, is an error naming it. ``quantize`` ("int8",
+    "int4" or "fp8", with ``group_size`` weights per scale) stores the decoder
+    layers' projections weight-only quantized as they load (W8A16 / W4A16;
+    embeddings, the output head and MoE experts stay in ``dtype``); needs
+    pygpukit-gemm."""
+    if quantize is not None and quantize not in QUANTIZE:
+        raise ValueError(f"quantize must be None or one of {', '.join(QUANTIZE)}, got {quantize!r}")
+    if quantize is not None:
+        try:
+            import pygpukit_gemm  # noqa: F401
+        except ImportError:
+            raise ImportError("quantize= needs pygpukit-gemm: pip install pygpukit-gemm") from None
     path = Path(directory)
     if not path.is_dir():
         raise FileNotFoundError(f"{path} is not a model directory")
@@ -264,6 +300,9 @@ def load(
     total = sum(ckpt.info(n).nbytes for n in ckpt.keys())
     w = _Weights(ckpt, spec, dt, cfg.num_experts, _progress_bar(total, sys.stderr.isatty() if progress is None else progress))
     _check_names(cfg, w)
+    if quantize is not None and (cfg.hidden_size % group_size or cfg.intermediate_size % group_size):
+        raise ValueError(f"group_size {group_size} must divide hidden_size {cfg.hidden_size} and intermediate_size {cfg.intermediate_size}")
+    w.quantize, w.group_size = quantize, group_size
     tokenizer = Tokenizer.load(path) if (path / "tokenizer.json").is_file() else None  # before allocating: a broken one fails fast
     model = _build(cfg, spec, dt, w, path)
     extra = w.unused()
@@ -306,7 +345,15 @@ def _norm(nn: Any, spec: ModelSpec, cfg: ModelConfig, w: _Weights, prefix: str, 
 
 
 def _linear(nn: Any, w: _Weights, name: str, i: int) -> Any:
-    return nn.Linear(w.get(name + ".weight", i), w.get(name + ".bias", i, required=False))
+    weight, bias = w.get(name + ".weight", i), w.get(name + ".bias", i, required=False)
+    if w.quantize is None:
+        return nn.Linear(weight, bias)
+    from pygpukit_gemm.quant import quantize_weight
+
+    try:
+        return QuantizedLinear(quantize_weight(weight, w.quantize, w.group_size), bias)
+    except ValueError as exc:
+        raise LoadError(f"layer {i} {name}: cannot quantize to {w.quantize}: {exc}") from None
 
 
 def _build(cfg: ModelConfig, spec: ModelSpec, dt: np.dtype, w: _Weights, path: Path) -> CausalLM:
