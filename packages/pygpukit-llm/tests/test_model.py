@@ -105,7 +105,6 @@ def test_new_cache_respects_the_model_context(tiny):
 def test_quantize_on_load(tmp_path, fmt, bound):
     pytest.importorskip("pygpukit_gemm")
     from pygpukit_gemm.quant import dequantize_weight
-
     from pygpukit_llm.generate import GenerationConfig, generate_ids
 
     path = random_checkpoint(tmp_path / "m", "tiny-llama", seed=6, std=0.1)

@@ -56,6 +56,18 @@ def _load(args: argparse.Namespace) -> Any:
     return model
 
 
+def _show(pieces: Any) -> str:
+    """Write streamed (channel, text) pieces as they come: a thinking block to
+    stderr, the reply to stdout; returns the reply."""
+    reply = []
+    for channel, text in pieces:
+        if channel == "reply":
+            reply.append(text)
+        (sys.stdout if channel == "reply" else sys.stderr).write(text)
+        sys.stdout.flush()
+    return "".join(reply)
+
+
 def generate_main(argv: list[str] | None = None) -> int:
     """``pygpukit generate --model DIR --prompt TEXT`` (or the prompt on stdin): the completion, streamed."""
     p = _parser("pygpukit generate", "Complete a prompt with a model directory, streaming the text.")
@@ -71,9 +83,7 @@ def generate_main(argv: list[str] | None = None) -> int:
             if args.chat
             else (("reply", t) for t in model.stream(prompt, cfg))
         )
-        for channel, text in pieces:
-            (sys.stderr if channel == "thinking" else sys.stdout).write(text)
-            sys.stdout.flush()
+        _show(pieces)
         sys.stdout.write("\n")
     except USER_ERRORS as exc:
         return _fail(exc)
@@ -110,16 +120,11 @@ def chat_main(argv: list[str] | None = None) -> int:
         if not line.strip():
             continue
         history.append({"role": "user", "content": line})
-        reply = []
         try:
-            for channel, text in model.stream_chat(history, cfg, template=template):
-                if channel == "reply":
-                    reply.append(text)
-                (sys.stdout if channel == "reply" else sys.stderr).write(text)
-                sys.stdout.flush()
+            reply = _show(model.stream_chat(history, cfg, template=template))
         except USER_ERRORS as exc:  # e.g. the conversation outgrew the context: say so, keep the session
             history.pop()
             print(f"\npygpukit: {exc}", file=sys.stderr)
             continue
         print()
-        history.append({"role": "assistant", "content": "".join(reply)})
+        history.append({"role": "assistant", "content": reply})
