@@ -35,6 +35,7 @@ __all__ = ["QUANTIZE", "CausalLM", "DecoderLayer", "LoadError", "QuantizedLinear
 
 DTYPES = {"bfloat16": gp.bfloat16, "float16": gp.float16, "float32": gp.float32}
 _FLOATS = {np.dtype(d) for d in (gp.bfloat16, gp.float16, gp.float32, gp.float64)}
+_FP8 = {np.dtype(gp.float8_e4m3fn), np.dtype(gp.float8_e5m2)}
 
 
 class LoadError(gp.PyGPUkitError, ValueError):
@@ -168,6 +169,7 @@ class _Weights:
         self.used: set[str] = set()
         self.progress = progress
         self.quantize: str | None = None  # weight-only quantization of the layers' projections
+        self.fp8_block: tuple[int, int] | None = None  # an fp8 checkpoint's scale blocks (config.json)
         self.group_size = 128
 
     def names(self, logical: str, i: int = 0) -> list[list[str]] | None:
@@ -195,14 +197,44 @@ class _Weights:
 
     def _tensor(self, name: str, transposed: bool = False) -> gp.GPUArray:
         info = self.ckpt.info(name)
-        if np.dtype(info.dtype) not in _FLOATS:
-            raise LoadError(f"tensor {name!r} is {info.dtype}; weights must be bfloat16, float16, float32 or float64")
-        a = self.ckpt.to_device(name, self.dtype)
+        kind = np.dtype(info.dtype)
+        if kind in _FP8:
+            a = self._fp8(name, info.shape)
+        elif kind in _FLOATS:
+            a = self.ckpt.to_device(name, self.dtype)
+        else:
+            raise LoadError(f"tensor {name!r} is {info.dtype}; weights must be float8, bfloat16, float16, float32 or float64")
         if transposed:
             a = gp.ascontiguousarray(a.T)
         self.used.add(name)
         self.progress(info.nbytes)
         return a
+
+    def _fp8(self, name: str, shape: tuple[int, ...]) -> gp.GPUArray:
+        """An fp8 checkpoint's weight, dequantized to the model's dtype on the device:
+        times its block scales (``<name>_scale_inv``, one per block of the 2-D
+        weight, the block size from the scales' shape, as transformers' FP8 format
+        stores them: blocks of ``quantization_config.weight_block_size``, or the
+        weight's size over the scales' when config.json has none) or its
+        per-tensor ``<name>_scale``; neither: the values as they are."""
+        q = self.ckpt.to_device(name).astype(gp.float32)
+        for suffix in ("_scale_inv", "_scale"):
+            if name + suffix not in self.ckpt:
+                continue
+            scale = self.ckpt.to_device(name + suffix).astype(gp.float32)
+            self.used.add(name + suffix)
+            if scale.size == 1:
+                return (q * scale.reshape(())).astype(self.dtype)
+            if scale.ndim != 2 or q.ndim != 2:
+                raise LoadError(f"{name + suffix}: block scales must be 2-D for a 2-D weight, got {scale.shape} for {shape}")
+            (n, k), (sn, sk) = q.shape, scale.shape
+            bn, bk = self.fp8_block or (n // sn, k // sk)
+            if sn * bn < n or sk * bk < k or (sn - 1) * bn >= n or (sk - 1) * bk >= k:
+                raise LoadError(f"{name + suffix}: {scale.shape} scales do not tile a {q.shape} weight in blocks of {bn} x {bk}"
+                                " (quantization_config.weight_block_size in config.json)")  # fmt: skip
+            full = gp.repeat(gp.repeat(scale, bn, axis=0), bk, axis=1)[:n, :k]
+            return (q * full).astype(self.dtype)
+        return q.astype(self.dtype)
 
     def unused(self) -> list[str]:
         ignored = self.spec.ignored_suffixes
@@ -303,6 +335,11 @@ def load(
     if quantize is not None and (cfg.hidden_size % group_size or cfg.intermediate_size % group_size):
         raise ValueError(f"group_size {group_size} must divide hidden_size {cfg.hidden_size} and intermediate_size {cfg.intermediate_size}")
     w.quantize, w.group_size = quantize, group_size
+    block = (cfg.raw.get("quantization_config") or {}).get("weight_block_size")
+    if block is not None:
+        if not (isinstance(block, list) and len(block) == 2 and all(isinstance(b, int) and b > 0 for b in block)):
+            raise ConfigError(f"config.json: quantization_config.weight_block_size must be two positive ints, got {block!r}")
+        w.fp8_block = (block[0], block[1])
     tokenizer = Tokenizer.load(path) if (path / "tokenizer.json").is_file() else None  # before allocating: a broken one fails fast
     model = _build(cfg, spec, dt, w, path)
     extra = w.unused()
