@@ -26,6 +26,7 @@ def _parser(prog: str, description: str) -> argparse.ArgumentParser:
     p.add_argument("--model", required=True, help="a Hugging Face model directory (config.json, *.safetensors, tokenizer.json)")
     p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
     p.add_argument("--quantize", choices=QUANTIZE, help="store the layers' projections weight-only quantized (needs pygpukit-gemm)")
+    p.add_argument("--group-size", type=int, default=128, help="weights per quantization scale (default 128)")
     p.add_argument("--max-new-tokens", type=int, default=512)
     p.add_argument("--temperature", type=float, default=0.7, help="0: greedy")
     p.add_argument("--top-k", type=int, default=0)
@@ -51,7 +52,7 @@ def _fail(exc: BaseException) -> int:
 
 
 def _load(args: argparse.Namespace) -> Any:
-    model = load(args.model, args.dtype, max_seq_len=args.max_new_tokens + 1, quantize=args.quantize)
+    model = load(args.model, args.dtype, max_seq_len=args.max_new_tokens + 1, quantize=args.quantize, group_size=args.group_size)
     if model.tokenizer is None:
         raise TokenizerError(f"{args.model} has no tokenizer.json")
     return model
