@@ -92,7 +92,7 @@ def test_bad_requests(model):
 
 @pytest.mark.skipif(gp.backend() != "cuda", reason="CUDA graphs replay on a GPU (the CPU backend decodes eagerly)")
 def test_graph_decode_gives_the_eager_tokens_and_allocates_nothing(tmp_path):
-    from pygpukit_llm.generate import _Decoder, _check_prompts
+    from pygpukit_llm.generate import _check_prompts, _Decoder
 
     path = random_checkpoint(tmp_path / "bf16", "tiny-llama", seed=4, std=0.3)
     model = pygpukit_llm.load(path, "bfloat16")
