@@ -35,8 +35,8 @@ import pygpukit as gp
 
 from . import _dsp
 from . import fft as gfft
-from .stft import PAD_MODES, pad_signal
 from ._errors import AudioTypeError, AudioValueError
+from .stft import PAD_MODES, pad_signal
 
 _VITERBI_THREADS, _VITERBI_MAX_STATES = 512, 3072  # kViterbiThreads, kViterbiMaxStates
 _PRIOR_CHUNK = 1 << 22  # (trough, threshold) pairs evaluated at once on the host
@@ -395,9 +395,7 @@ def kernel_viterbi(log_prob: gp.GPUArray, log_trans: gp.GPUArray, log_init: gp.G
     log_prob, log_trans = gp.ascontiguousarray(log_prob), gp.ascontiguousarray(log_trans)
     ptr = gp.empty((n_seq, n_steps, n_states), gp.int32)
     states = gp.empty((n_seq, n_steps), gp.int32)
-    viterbi_kernel()(
-        n_seq, _VITERBI_THREADS, log_prob, log_trans, log_init, n_steps, n_states, ptr, states, shared_mem=16 * n_states
-    )
+    viterbi_kernel()(n_seq, _VITERBI_THREADS, log_prob, log_trans, log_init, n_steps, n_states, ptr, states, shared_mem=16 * n_states)
     return states
 
 
