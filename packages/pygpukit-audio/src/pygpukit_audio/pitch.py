@@ -321,20 +321,13 @@ def transition_local_triangle(n_states: int, width: int) -> np.ndarray:
     else:
         half = (2.0 * m - 1.0) / width
         tri = np.concatenate([half, half[::-1]])
-    # librosa centres the window at n_states // 2 + ... then rolls: row i holds tri at columns i - c ..
-    lpad = (n_states - width) // 2
-    row = np.zeros(n_states)
-    if width <= n_states:
-        row[lpad : lpad + width] = tri
-    else:
-        start = (width - n_states) // 2
-        row[:] = tri[start : start + n_states]
-    trans = np.empty((n_states, n_states))
-    for i in range(n_states):
-        r = np.roll(row, n_states // 2 + i + 1)
-        r[min(n_states, i + width // 2 + 1) :] = 0
-        r[: max(0, i - width // 2)] = 0
-        trans[i] = r
+    # librosa centres the window in n_states (pad_center), rolls row i by n_states // 2 + i + 1
+    # (circularly) and keeps columns i - width // 2 .. i + width // 2. The same index formula
+    # extends it to width > n_states (the window's centre; librosa's pad_center refuses those).
+    d = np.arange(n_states)[None, :] - np.arange(n_states)[:, None]
+    idx = np.mod(d + (-(-n_states // 2)) - 1, n_states) - (n_states - width) // 2
+    keep = (idx >= 0) & (idx < width) & (d <= width // 2) & (d >= -(width // 2))
+    trans = np.where(keep, tri[np.clip(idx, 0, width - 1)], 0.0)
     return trans / trans.sum(axis=1, keepdims=True)
 
 
