@@ -63,7 +63,7 @@ def yin(
     cmndf = cumulative_mean_normalized_difference(y, frame_length, hop, min_period, max_period)
     shifts = parabolic_shifts(cmndf)
     below = trough_mask(cmndf) & (cmndf < threshold)
-    first = gp.argmax(below.astype(gp.int8), axis=-1, keepdims=True)
+    first = gp.argmax(below.astype(cmndf.dtype), axis=-1, keepdims=True)  # the first trough below it
     period = gp.where(gp.any(below, axis=-1, keepdims=True), first, gp.argmin(cmndf, axis=-1, keepdims=True))
     refined = period.astype(cmndf.dtype) + min_period + gp.take_along_axis(shifts, period, axis=-1)
     return (sr / refined)[..., 0]
