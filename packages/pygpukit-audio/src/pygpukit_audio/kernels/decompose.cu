@@ -13,6 +13,7 @@ namespace pgk_audio {
 constexpr int kMedianThreads = 256;
 
 __device__ __forceinline__ long long reflect_index(long long p, long long n) {
+  if (p >= 0 && p < n) return p;  // all but the edges' windows: no division
   const long long period = 2 * n;
   p %= period;
   if (p < 0) p += period;
