@@ -85,6 +85,8 @@ def test_magphase(rng):
     mag, phase = decompose.magphase(gp.asarray(D))
     rm, rp = librosa.magphase(D)
     assert rel(mag.to_numpy(), rm) < 1e-15 and rel(phase.to_numpy(), rp) < 1e-15
+    with pytest.raises(AudioTypeError, match="complex"):
+        decompose.magphase(np.abs(D))
 
 
 def test_bad_arguments(rng):

@@ -8,6 +8,7 @@
   X^p / (X^p + X_ref^p) computed after dividing both by max(X, X_ref);
   where both are zero 0.5 with ``split_zeros`` else 0; ``power=inf`` gives the
   hard mask X > X_ref (boolean, as librosa).
+- ``magphase(D)``: librosa.magphase (|D|, D / |D| with 1 where D is 0).
 - ``hpss(S, kernel_size=31, power=2.0, mask=False, margin=1.0)``:
   librosa.decompose.hpss of a magnitude (real) or complex spectrogram
   (..., bins, frames): a median filter of ``kernel_size[0]`` frames along time
@@ -99,8 +100,14 @@ def hpss(S: Any, kernel_size: Any = 31, power: float = 2.0, mask: bool = False, 
     return (S * mask_harm) * phase, (S * mask_perc) * phase
 
 
-def magphase(D: gp.GPUArray) -> tuple[gp.GPUArray, gp.GPUArray]:
+def magphase(D: Any) -> tuple[gp.GPUArray, gp.GPUArray]:
     """librosa.magphase of a complex D: |D| and D / |D| (1 where D is 0)."""
+    if isinstance(D, np.ndarray):
+        D = gp.asarray(D)
+    if not isinstance(D, gp.GPUArray) or D.dtype not in (np.complex64, np.complex128):
+        raise AudioTypeError(
+            f"magphase: D must be a complex64 / complex128 GPUArray or NumPy array, got {getattr(D, 'dtype', type(D).__name__)}"
+        )
     mag = gp.abs(D)
     zeros = (mag == 0).astype(mag.dtype)
     nonzero = mag + zeros
