@@ -29,6 +29,27 @@ def test_generate_prints_the_completion(directory, capsys):
     assert capsys.readouterr().out == want + "\n"
 
 
+def test_generate_with_quantized_weights(directory, capsys):
+    pytest.importorskip("pygpukit_gemm")
+    args = [
+        "--model",
+        str(directory),
+        "--dtype",
+        "float32",
+        "--temperature",
+        "0",
+        "--max-new-tokens",
+        "8",
+        "--quantize",
+        "int8",
+        "--group-size",
+        "64",
+    ]
+    assert generate_main([*args, "--prompt", "lorem ipsum"]) == 0
+    model = pygpukit_llm.load(directory, "float32", quantize="int8", group_size=64)
+    assert capsys.readouterr().out == model.generate("lorem ipsum", max_new_tokens=8, temperature=0).text + "\n"
+
+
 def test_chat_keeps_a_conversation(directory, capsys, monkeypatch):
     monkeypatch.setattr("sys.stdin", io.StringIO("hello there\n/reset\n\nsecond try\n/exit\n"))
     args = ["--model", str(directory), "--dtype", "float32", "--temperature", "0", "--max-new-tokens", "6", "--system", "be brief"]

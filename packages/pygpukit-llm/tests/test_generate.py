@@ -88,3 +88,26 @@ def test_bad_requests(model):
         GenerationConfig(top_p=0)
     with pytest.raises(ValueError, match="stop strings"):
         GenerationConfig(stop=("",))
+
+
+@pytest.mark.skipif(gp.backend() != "cuda", reason="CUDA graphs replay on a GPU (the CPU backend decodes eagerly)")
+def test_graph_decode_gives_the_eager_tokens_and_allocates_nothing(tmp_path):
+    from pygpukit_llm.generate import _Decoder, _check_prompts
+
+    path = random_checkpoint(tmp_path / "bf16", "tiny-llama", seed=4, std=0.3)
+    model = pygpukit_llm.load(path, "bfloat16")
+    prompts = _check_prompts([[5, 17, 99, 3, 250], [8, 9, 10, 11, 12, 13, 14, 15, 16, 400, 401]], model.config.vocab_size)
+    runs = {}
+    for graph in (False, True):
+        dec = _Decoder(model, prompts, GenerationConfig(max_new_tokens=24, greedy=True, cuda_graph=graph))
+        tokens = [dec.sample(dec.prefill())]
+        allocs = []
+        for _ in range(20):
+            before = gp.memory.stats()["num_alloc_calls"]
+            logits = dec.decode(dec.last)
+            allocs.append(gp.memory.stats()["num_alloc_calls"] - before)
+            tokens.append(dec.sample(logits))
+        assert (dec.graph is not None) == graph
+        runs[graph] = (np.stack(tokens, 1), allocs)
+    assert (runs[True][0] == runs[False][0]).all()
+    assert runs[True][1][1:] == [0] * 19  # after the capture, a step allocates nothing

@@ -9,6 +9,7 @@ __version__ = "0.1.0"
 
 from . import effects, fft
 from ._errors import AudioTypeError, AudioValueError
+from .convolve import fftconvolve
 from .decompose import hpss, median_filter, softmask
 from .features import MissingDependencyError, load, spectral_bandwidth, spectral_centroid, spectral_rolloff
 from .filters import fir_filter, sosfilt, sosfilt_zi, sosfiltfilt
@@ -33,7 +34,7 @@ from .windows import get_window
 
 __all__ = [
     "AudioTypeError", "AudioValueError", "MissingDependencyError", "StreamingISTFT", "StreamingSTFT", "amplitude_to_db",
-    "db_to_amplitude", "db_to_power", "fft", "fir_filter", "get_window", "hz_to_mel", "istft", "load", "mel_filters",
+    "db_to_amplitude", "db_to_power", "fft", "fftconvolve", "fir_filter", "get_window", "hz_to_mel", "istft", "load", "mel_filters",
     "mel_frequencies", "mel_to_hz", "melspectrogram_from_power", "mfcc_from_mel", "power_to_db", "resample", "resample_poly",
     "sosfilt", "sosfilt_zi", "sosfiltfilt", "spectral_bandwidth", "spectral_centroid", "spectral_rolloff", "stft",
 ]  # fmt: skip

@@ -34,7 +34,7 @@ import numpy as np
 import pygpukit as gp
 
 from .generate import GenerationConfig, generate_ids
-from .model import load
+from .model import QUANTIZE, load
 from .safetensors import Checkpoint, save_file
 
 __all__ = ["SHAPES", "main", "measure", "random_checkpoint"]
@@ -104,13 +104,12 @@ def copy_rate_gbs() -> float | None:
     """Device-to-device copy rate (GB/s, read + write) of a 1 GiB buffer; None on the CPU."""
     if gp.backend() != "cuda":
         return None
-    a = gp.empty((1 << 28,), gp.float32)
-    b = gp.empty_like(a)
+    a = gp.zeros((1 << 28,), gp.float32)
     times = []
-    for _ in range(6):
+    for _ in range(6):  # as the core benchmark's bandwidth suite measures it
         start, end = gp.Event(timing=True), gp.Event(timing=True)
         start.record()
-        b[...] = a
+        a.copy()
         end.record()
         end.synchronize()
         times.append(start.elapsed_time(end))
@@ -137,16 +136,17 @@ def _time(run: Callable[[], Any], reps: int) -> float:
 
 def measure(
     directory: str | os.PathLike[str], dtype: str = "bfloat16", batches: Sequence[int] = (1, 8), prompt: int = 16, new: int = 128,
-    prefill: int = 2048, reps: int = 3, cuda_graph: bool = True,
+    prefill: int = 2048, reps: int = 3, cuda_graph: bool = True, quantize: str | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     """pygpukit's figures for one checkpoint (see the module doc)."""
     path = Path(directory)
     _read_files(path)
+    before = gp.memory.stats()["allocated_bytes"]
     t0 = time.perf_counter()
-    model = load(path, dtype, progress=False)
+    model = load(path, dtype, progress=False, quantize=quantize)
     gp.synchronize()
-    out: dict[str, Any] = {"load_s": time.perf_counter() - t0}
-    ckpt = Checkpoint(path)  # the bytes each batch-1 step reads: every weight once, in the model's dtype
+    out: dict[str, Any] = {"load_s": time.perf_counter() - t0, "device_bytes": gp.memory.stats()["allocated_bytes"] - before}
+    ckpt = Checkpoint(path)  # the bytes each batch-1 step reads: every weight once, in the model's dtype (unquantized)
     out["weight_bytes"] = sum(math.prod(ckpt.info(n).shape) for n in ckpt.keys()) * model.dtype.itemsize
     rng = np.random.default_rng(0)
     vocab = model.config.vocab_size
@@ -268,6 +268,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--new", type=int, default=128, help="new tokens (default 128)")
     p.add_argument("--prefill", type=int, default=2048, help="prefill tokens (default 2048; 0 skips)")
     p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--quantize", choices=QUANTIZE, help="weight-only quantized projections (pygpukit only)")
     p.add_argument("--no-graph", action="store_true", help="decode eagerly instead of replaying a CUDA graph")
     p.add_argument("--no-transformers", action="store_true", help="skip the transformers comparison")
     p.add_argument("--compile", action="store_true", help="also run transformers with a static cache and torch.compile")
@@ -282,7 +283,10 @@ def main(argv: list[str] | None = None) -> int:
         info = gp.info()
         result: dict[str, Any] = {"model": str(args.model or args.shape), "device": info.device_name or "cpu", "dtype": args.dtype,
                                   "batches": batches, "prompt": args.prompt, "new": args.new, "prefill": args.prefill}  # fmt: skip
-        result["pygpukit"] = measure(directory, args.dtype, batches, args.prompt, args.new, args.prefill, args.reps, not args.no_graph)
+        result["quantize"] = args.quantize
+        result["pygpukit"] = measure(
+            directory, args.dtype, batches, args.prompt, args.new, args.prefill, args.reps, not args.no_graph, args.quantize
+        )
         rate = copy_rate_gbs()
         if rate:
             result["copy_rate_gbs"] = rate

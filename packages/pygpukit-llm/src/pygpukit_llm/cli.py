@@ -14,7 +14,7 @@ from typing import Any
 
 from .config import ConfigError
 from .generate import GenerationConfig
-from .model import LoadError, load
+from .model import QUANTIZE, LoadError, load
 from .safetensors import SafetensorsError
 from .tokenizer import TokenizerError
 
@@ -25,6 +25,8 @@ def _parser(prog: str, description: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=prog, description=description)
     p.add_argument("--model", required=True, help="a Hugging Face model directory (config.json, *.safetensors, tokenizer.json)")
     p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
+    p.add_argument("--quantize", choices=QUANTIZE, help="store the layers' projections weight-only quantized (needs pygpukit-gemm)")
+    p.add_argument("--group-size", type=int, default=128, help="weights per quantization scale (default 128)")
     p.add_argument("--max-new-tokens", type=int, default=512)
     p.add_argument("--temperature", type=float, default=0.7, help="0: greedy")
     p.add_argument("--top-k", type=int, default=0)
@@ -50,10 +52,22 @@ def _fail(exc: BaseException) -> int:
 
 
 def _load(args: argparse.Namespace) -> Any:
-    model = load(args.model, args.dtype, max_seq_len=args.max_new_tokens + 1)
+    model = load(args.model, args.dtype, max_seq_len=args.max_new_tokens + 1, quantize=args.quantize, group_size=args.group_size)
     if model.tokenizer is None:
         raise TokenizerError(f"{args.model} has no tokenizer.json")
     return model
+
+
+def _show(pieces: Any) -> str:
+    """Write streamed (channel, text) pieces as they come: a thinking block to
+    stderr, the reply to stdout; returns the reply."""
+    reply = []
+    for channel, text in pieces:
+        if channel == "reply":
+            reply.append(text)
+        (sys.stdout if channel == "reply" else sys.stderr).write(text)
+        sys.stdout.flush()
+    return "".join(reply)
 
 
 def generate_main(argv: list[str] | None = None) -> int:
@@ -71,9 +85,7 @@ def generate_main(argv: list[str] | None = None) -> int:
             if args.chat
             else (("reply", t) for t in model.stream(prompt, cfg))
         )
-        for channel, text in pieces:
-            (sys.stderr if channel == "thinking" else sys.stdout).write(text)
-            sys.stdout.flush()
+        _show(pieces)
         sys.stdout.write("\n")
     except USER_ERRORS as exc:
         return _fail(exc)
@@ -110,16 +122,11 @@ def chat_main(argv: list[str] | None = None) -> int:
         if not line.strip():
             continue
         history.append({"role": "user", "content": line})
-        reply = []
         try:
-            for channel, text in model.stream_chat(history, cfg, template=template):
-                if channel == "reply":
-                    reply.append(text)
-                (sys.stdout if channel == "reply" else sys.stderr).write(text)
-                sys.stdout.flush()
+            reply = _show(model.stream_chat(history, cfg, template=template))
         except USER_ERRORS as exc:  # e.g. the conversation outgrew the context: say so, keep the session
             history.pop()
             print(f"\npygpukit: {exc}", file=sys.stderr)
             continue
         print()
-        history.append({"role": "assistant", "content": "".join(reply)})
+        history.append({"role": "assistant", "content": reply})

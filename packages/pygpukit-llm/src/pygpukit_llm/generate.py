@@ -151,7 +151,7 @@ class _Decoder:
         if self.step == 1:
             self.positions[...] = gp.from_numpy(self.lengths.astype(np.int32).reshape(self.batch, 1))
         else:
-            self.positions[...] = self.positions + 1
+            gp.add(self.positions, 1, out=self.positions)  # in place: a step allocates nothing
         if not self.use_graph:
             return self._step()
         if self.graph is None:

@@ -31,10 +31,11 @@ from .spec import ModelSpec, Sources, spec_for
 from .text import text_generator
 from .tokenizer import Tokenizer
 
-__all__ = ["CausalLM", "DecoderLayer", "LoadError", "load"]
+__all__ = ["QUANTIZE", "CausalLM", "DecoderLayer", "LoadError", "QuantizedLinear", "load"]
 
 DTYPES = {"bfloat16": gp.bfloat16, "float16": gp.float16, "float32": gp.float32}
 _FLOATS = {np.dtype(d) for d in (gp.bfloat16, gp.float16, gp.float32, gp.float64)}
+_FP8 = {np.dtype(gp.float8_e4m3fn), np.dtype(gp.float8_e5m2)}
 
 
 class LoadError(gp.PyGPUkitError, ValueError):
@@ -167,6 +168,9 @@ class _Weights:
         self.ckpt, self.spec, self.dtype, self.num_experts = ckpt, spec, dtype, num_experts
         self.used: set[str] = set()
         self.progress = progress
+        self.quantize: str | None = None  # weight-only quantization of the layers' projections
+        self.fp8_block: tuple[int, int] | None = None  # an fp8 checkpoint's scale blocks (config.json)
+        self.group_size = 128
 
     def names(self, logical: str, i: int = 0) -> list[list[str]] | None:
         """The tensors of ``logical`` (layer i): per expert when it has {e}, else one list."""
@@ -193,14 +197,44 @@ class _Weights:
 
     def _tensor(self, name: str, transposed: bool = False) -> gp.GPUArray:
         info = self.ckpt.info(name)
-        if np.dtype(info.dtype) not in _FLOATS:
-            raise LoadError(f"tensor {name!r} is {info.dtype}; weights must be bfloat16, float16, float32 or float64")
-        a = self.ckpt.to_device(name, self.dtype)
+        kind = np.dtype(info.dtype)
+        if kind in _FP8:
+            a = self._fp8(name, info.shape)
+        elif kind in _FLOATS:
+            a = self.ckpt.to_device(name, self.dtype)
+        else:
+            raise LoadError(f"tensor {name!r} is {info.dtype}; weights must be float8, bfloat16, float16, float32 or float64")
         if transposed:
             a = gp.ascontiguousarray(a.T)
         self.used.add(name)
         self.progress(info.nbytes)
         return a
+
+    def _fp8(self, name: str, shape: tuple[int, ...]) -> gp.GPUArray:
+        """An fp8 checkpoint's weight, dequantized to the model's dtype on the device:
+        times its block scales (``<name>_scale_inv``, one per block of the 2-D
+        weight, the block size from the scales' shape, as transformers' FP8 format
+        stores them: blocks of ``quantization_config.weight_block_size``, or the
+        weight's size over the scales' when config.json has none) or its
+        per-tensor ``<name>_scale``; neither: the values as they are."""
+        q = self.ckpt.to_device(name).astype(gp.float32)
+        for suffix in ("_scale_inv", "_scale"):
+            if name + suffix not in self.ckpt:
+                continue
+            scale = self.ckpt.to_device(name + suffix).astype(gp.float32)
+            self.used.add(name + suffix)
+            if scale.size == 1:
+                return (q * scale.reshape(())).astype(self.dtype)
+            if scale.ndim != 2 or q.ndim != 2:
+                raise LoadError(f"{name + suffix}: block scales must be 2-D for a 2-D weight, got {scale.shape} for {shape}")
+            (n, k), (sn, sk) = q.shape, scale.shape
+            bn, bk = self.fp8_block or (n // sn, k // sk)
+            if sn * bn < n or sk * bk < k or (sn - 1) * bn >= n or (sk - 1) * bk >= k:
+                raise LoadError(f"{name + suffix}: {scale.shape} scales do not tile a {q.shape} weight in blocks of {bn} x {bk}"
+                                " (quantization_config.weight_block_size in config.json)")  # fmt: skip
+            full = gp.repeat(gp.repeat(scale, bn, axis=0), bk, axis=1)[:n, :k]
+            return (q * full).astype(self.dtype)
+        return q.astype(self.dtype)
 
     def unused(self) -> list[str]:
         ignored = self.spec.ignored_suffixes
@@ -229,21 +263,55 @@ def _progress_bar(total: int, enabled: bool) -> Callable[[int], None]:
     return step
 
 
+class QuantizedLinear:
+    """A Linear over weight-only quantized weights (pygpukit-gemm's
+    ``quantize_weight``: int8 / int4 / fp8 with group scales): ``gp.ops.qlinear``,
+    the decode GEMV that reads the packed weights once on the GPU."""
+
+    def __init__(self, weight: Any, bias: gp.GPUArray | None) -> None:
+        self.weight, self.bias = weight, bias
+
+    @property
+    def out_features(self) -> int:
+        return int(self.weight.shape[0])
+
+    @property
+    def in_features(self) -> int:
+        return int(self.weight.shape[1])
+
+    def __call__(self, x: gp.GPUArray) -> gp.GPUArray:
+        return gp.ops.qlinear(x, self.weight, self.bias)
+
+    def __repr__(self) -> str:
+        return f"QuantizedLinear({self.in_features} -> {self.out_features}, {self.weight.format}, group {self.weight.group_size})"
+
+
+QUANTIZE = ("int8", "int4", "fp8")
+
+
 def load(
-    directory: str | os.PathLike[str],
-    dtype: Any = "bfloat16",
-    *,
-    max_seq_len: int | None = None,
-    batch: int = 1,
-    progress: bool | None = None,
-) -> CausalLM:
+    directory: str | os.PathLike[str], dtype: Any = "bfloat16", *, max_seq_len: int | None = None, batch: int = 1,
+    progress: bool | None = None, quantize: str | None = None, group_size: int = 128,
+) -> CausalLM:  # fmt: skip
     """Load a Hugging Face model directory (config.json and safetensors) onto the device.
 
     ``dtype``: "bfloat16", "float16" or "float32" (weights are converted on the
     device). Before any allocation the memory estimate for (dtype,
-    max_seq_len, batch) is checked against the free device memory, and every
-    tensor the architecture needs is looked up; a missing or misshapen tensor,
-    or one the architecture does not use, is an error naming it."""
+    max_seq_len, batch) is checked against the free device memory (with full
+    precision weights: conservative when quantizing), and every tensor the
+    architecture needs is looked up; a missing or misshapen tensor, or one the
+    architecture does not use, is an error naming it. ``quantize`` ("int8",
+    "int4" or "fp8", with ``group_size`` weights per scale) stores the decoder
+    layers' projections weight-only quantized as they load (W8A16 / W4A16;
+    embeddings, the output head and MoE experts stay in ``dtype``); needs
+    pygpukit-gemm."""
+    if quantize is not None and quantize not in QUANTIZE:
+        raise ValueError(f"quantize must be None or one of {', '.join(QUANTIZE)}, got {quantize!r}")
+    if quantize is not None:
+        try:
+            import pygpukit_gemm  # noqa: F401
+        except ImportError:
+            raise ImportError("quantize= needs pygpukit-gemm: pip install pygpukit-gemm") from None
     path = Path(directory)
     if not path.is_dir():
         raise FileNotFoundError(f"{path} is not a model directory")
@@ -264,6 +332,14 @@ def load(
     total = sum(ckpt.info(n).nbytes for n in ckpt.keys())
     w = _Weights(ckpt, spec, dt, cfg.num_experts, _progress_bar(total, sys.stderr.isatty() if progress is None else progress))
     _check_names(cfg, w)
+    if quantize is not None and (cfg.hidden_size % group_size or cfg.intermediate_size % group_size):
+        raise ValueError(f"group_size {group_size} must divide hidden_size {cfg.hidden_size} and intermediate_size {cfg.intermediate_size}")
+    w.quantize, w.group_size = quantize, group_size
+    block = (cfg.raw.get("quantization_config") or {}).get("weight_block_size")
+    if block is not None:
+        if not (isinstance(block, list) and len(block) == 2 and all(isinstance(b, int) and b > 0 for b in block)):
+            raise ConfigError(f"config.json: quantization_config.weight_block_size must be two positive ints, got {block!r}")
+        w.fp8_block = (block[0], block[1])
     tokenizer = Tokenizer.load(path) if (path / "tokenizer.json").is_file() else None  # before allocating: a broken one fails fast
     model = _build(cfg, spec, dt, w, path)
     extra = w.unused()
@@ -306,7 +382,15 @@ def _norm(nn: Any, spec: ModelSpec, cfg: ModelConfig, w: _Weights, prefix: str, 
 
 
 def _linear(nn: Any, w: _Weights, name: str, i: int) -> Any:
-    return nn.Linear(w.get(name + ".weight", i), w.get(name + ".bias", i, required=False))
+    weight, bias = w.get(name + ".weight", i), w.get(name + ".bias", i, required=False)
+    if w.quantize is None:
+        return nn.Linear(weight, bias)
+    from pygpukit_gemm.quant import quantize_weight
+
+    try:
+        return QuantizedLinear(quantize_weight(weight, w.quantize, w.group_size), bias)
+    except ValueError as exc:
+        raise LoadError(f"layer {i} {name}: cannot quantize to {w.quantize}: {exc}") from None
 
 
 def _build(cfg: ModelConfig, spec: ModelSpec, dt: np.dtype, w: _Weights, path: Path) -> CausalLM:

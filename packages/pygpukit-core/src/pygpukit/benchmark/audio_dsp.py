@@ -79,7 +79,7 @@ def bench_audio_dsp(rec: Recorder, quick: bool) -> None:
         rec.add(f"sosfilt6_{tag}", "scipy", "ms", median_time_ms(lambda: sig.sosfilt(SOS, x16, axis=-1), host, 1, 3), False, note=note)
         ms = median_time_ms(lambda: sig.resample_poly(x44, 160, 441, axis=-1), host, 1, 3)
         rec.add(f"resample_44k1_16k_{tag}", "scipy", "ms", ms, False, note=note)
-    torch = peers.torch_cuda() if gpu else None
+    torch: Any = peers.torch_cuda() if gpu else None
     taf = _torchaudio(torch) if torch is not None else None
     if taf is not None:
         t16, t44 = torch.from_numpy(x16).cuda(), torch.from_numpy(x44).cuda()

@@ -35,7 +35,7 @@ def _cases(name: str, mod: Any, rffts: list[np.ndarray], y: np.ndarray) -> dict[
         import pygpukit_audio as audio
 
         fft: Any = audio.fft
-        args = [gp.from_numpy(x) for x in rffts]
+        args: list[Any] = [gp.from_numpy(x) for x in rffts]
         gy = gp.from_numpy(y)
         rfft, stft = (lambda a: fft.rfft(a)), (lambda: audio.stft(gy, N_FFT, HOP))
     elif name == "torch":

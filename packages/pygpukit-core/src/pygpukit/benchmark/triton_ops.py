@@ -55,7 +55,7 @@ def _gp_calls(quick: bool, rng: np.random.Generator) -> dict[str, Callable[[], o
     from pygpukit_nn import positional
 
     nn: Any = gp.nn
-    bf = lambda *shape: gp.from_numpy(rng.standard_normal(shape, dtype=np.float32).astype(gp.bfloat16))
+    bf = lambda *shape: gp.from_numpy(np.asarray(rng.standard_normal(shape, dtype=np.float32)).astype(gp.bfloat16))
     calls: dict[str, Callable[[], object]] = {}
     for case, op, _, _ in _cases(quick):
         if op in ("", "rms_norm", "layer_norm", "add_rms_norm", "softmax", "swiglu", "geglu"):
