@@ -78,8 +78,14 @@ def test_pyin_matches_librosa(rng):
         assert np.array_equal(gflag, flag), kw
         np.testing.assert_allclose(g0, f0, rtol=1e-12, equal_nan=True)
         np.testing.assert_allclose(gprob, prob, rtol=0, atol=1e-12)
-    f0, _, _ = pitch.pyin(voiced.astype(np.float32), 65, 2000, sr=SR)
-    assert f0.dtype == np.float32
+    # float32: the CMNDF rounds differently (~1e-7); measured identical voicing, f0 within 5e-8
+    y32 = (voiced + 0.2 * rng.standard_normal(voiced.size)).astype(np.float32)
+    f0, flag, prob = librosa.pyin(y32, fmin=65, fmax=2000, sr=SR)
+    g0, gflag, gprob = pitch.pyin(y32, 65, 2000, sr=SR)
+    assert g0.dtype == np.float32 and gprob.dtype == np.float32
+    both = flag & gflag.to_numpy()
+    assert np.mean(flag == gflag.to_numpy()) >= 0.95 and np.max(np.abs(gprob.to_numpy() - prob)) < 1e-4
+    assert np.max(np.abs(g0.to_numpy()[both] - f0[both]) / f0[both]) < 1e-5
 
 
 def test_pyin_parts():
