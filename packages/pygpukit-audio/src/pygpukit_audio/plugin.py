@@ -13,7 +13,7 @@ from . import __version__
 
 # The modules that define ops, in registration order; each has register(registry).
 # Imported by name: the package exports functions named like some of them (stft).
-MODULES = tuple(importlib.import_module(f"{__package__}.{name}") for name in ("fft", "stft", "filters", "resampling", "mel"))
+MODULES = tuple(importlib.import_module(f"{__package__}.{name}") for name in ("fft", "stft", "filters", "resampling", "mel", "mel_features"))
 
 
 @hookimpl
