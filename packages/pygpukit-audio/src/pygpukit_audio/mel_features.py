@@ -28,8 +28,8 @@ import numpy as np
 import pygpukit as gp
 
 from . import _dsp, mel
-from .stft import stft
 from ._errors import AudioValueError
+from .stft import stft
 
 _THREADS, _MAX_BLOCKS = 256, 4096  # kPowThreads; blocks of the grid-stride loop
 

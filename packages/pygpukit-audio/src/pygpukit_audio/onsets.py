@@ -99,7 +99,7 @@ def _frames(fn: str, name: str, v: Any) -> int:
     v = _dsp.number(fn, name, v)
     if v < 0:
         raise AudioValueError(f"{fn}: {name} must be non-negative, got {v}")
-    return int(math.ceil(v))
+    return math.ceil(v)
 
 
 def peak_pick(x: np.ndarray, pre_max: int, post_max: int, pre_avg: int, post_avg: int, delta: float, wait: int) -> np.ndarray:

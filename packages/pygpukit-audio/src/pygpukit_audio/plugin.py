@@ -13,7 +13,8 @@ from . import __version__
 
 # The modules that define ops, in registration order; each has register(registry).
 # Imported by name: the package exports functions named like some of them (stft).
-MODULES = tuple(importlib.import_module(f"{__package__}.{name}") for name in ("fft", "stft", "filters", "resampling", "mel", "mel_features"))
+MODULES = tuple(importlib.import_module(f"{__package__}.{name}") for name in ("fft", "stft", "filters", "resampling", "mel"))
+MODULES += (importlib.import_module(f"{__package__}.mel_features"),)  # |X|^power (melspectrogram and the features on it)
 
 
 @hookimpl
