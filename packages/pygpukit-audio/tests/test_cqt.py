@@ -48,8 +48,17 @@ def test_cqt_matches_librosa(rng, librosa):
     cases = [
         dict(sr=22050),  # 7 octaves from C1, hop 512
         dict(sr=44100, n_bins=30, hop_length=256, fmin=60.0, tuning=0.1, scale=False),  # early decimation by 2^5
-        dict(sr=22050, n_bins=100, bins_per_octave=24, hop_length=128, filter_scale=2, norm=2, sparsity=0.0, window="hamming",
-             pad_mode="reflect"),  # fmt: skip
+        dict(
+            sr=22050,
+            n_bins=100,
+            bins_per_octave=24,
+            hop_length=128,
+            filter_scale=2,
+            norm=2,
+            sparsity=0.0,
+            window="hamming",
+            pad_mode="reflect",
+        ),
         dict(sr=16000, n_bins=40, fmin=50.0, hop_length=300, norm=np.inf, window="blackman"),  # even hop, then odd: 150 -> 75
         dict(sr=8000, n_bins=20, fmin=80.0, hop_length=75, sparsity=0.05),  # an odd hop: no decimation
     ]
