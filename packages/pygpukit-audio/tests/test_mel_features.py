@@ -121,6 +121,8 @@ def test_bad_input_raises(rng):
         audio.mfcc(y, S=np.ones((40, 5)))
     with pytest.raises(AudioValueError, match="dct_type"):
         audio.mfcc(y, dct_type=5)
+    with pytest.raises(AudioTypeError, match="unexpected arguments"):
+        audio.mfcc(y, n_mel=40)
     with pytest.raises(AudioValueError, match="n_mfcc"):
         audio.mfcc(y, n_mels=10, n_mfcc=11)
 

@@ -15,7 +15,7 @@ from feature_signals import rel_err, signals
 import pygpukit as gp
 import pygpukit_audio as audio
 from pygpukit_audio import onsets
-from pygpukit_audio._errors import AudioValueError
+from pygpukit_audio._errors import AudioTypeError, AudioValueError
 
 TOL = {np.dtype(np.float32): 5e-6, np.dtype(np.float64): 1e-12}
 SR = 22050
@@ -121,6 +121,8 @@ def test_bad_input_raises(rng):
     y = rng.standard_normal(SR)
     with pytest.raises(AudioValueError, match="exactly one of"):
         audio.onset_strength()
+    with pytest.raises(AudioTypeError, match="unexpected arguments"):
+        audio.onset_strength(y, center_frames=True)
     with pytest.raises(AudioValueError, match="lag"):
         audio.onset_strength(y, lag=0)
     with pytest.raises(AudioValueError, match="aggregate"):

@@ -18,8 +18,8 @@ librosa does. fmin=None is C1 (32.70 Hz).
 Resampling: librosa's default res_type "soxr_hq" (libsoxr) is not reproduced; the
 only method here is res_type="polyphase", librosa's scipy.signal.resample_poly
 path, with this package's resample_poly (which matches scipy). Compare with
-librosa.cqt(..., res_type="polyphase"). tuning=None is not offered: pass
-estimate_tuning(y=y, sr=sr, bins_per_octave=...) explicitly.
+librosa.cqt(..., res_type="polyphase"). tuning=None estimates the tuning
+with estimate_tuning(y, sr, bins_per_octave=bins_per_octave), as librosa.
 
 The filter bases are built on the host in librosa's dtypes (complex64 for float32
 input, cached per octave); each octave's response is one real GEMM of the STFT
@@ -38,6 +38,7 @@ import pygpukit as gp
 
 from . import _dsp, _normalize
 from ._errors import AudioTypeError, AudioValueError
+from .chroma import estimate_tuning
 from .resampling import resample_poly
 from .stft import stft
 from .windows import get_window
@@ -178,8 +179,6 @@ def cqt(
     hop = _dsp.integer(fn, "hop_length", hop_length, 1)
     n_bins = _dsp.integer(fn, "n_bins", n_bins, 1)
     bpo = _dsp.integer(fn, "bins_per_octave", bins_per_octave, 1)
-    if tuning is None:
-        raise AudioValueError(f"{fn}: tuning=None is not offered: pass estimate_tuning(y=y, sr=sr, bins_per_octave=...)")
     filter_scale = _dsp.number(fn, "filter_scale", filter_scale)
     sparsity = _dsp.number(fn, "sparsity", sparsity)
     norm = _normalize.check_norm(fn, norm)
@@ -192,7 +191,7 @@ def cqt(
     if not isinstance(window, (str, tuple)):
         raise AudioTypeError(f"{fn}: window must be a name or a (name, parameter) tuple, got {type(window).__name__}")
     get_window(window, 8)  # an unknown name fails here, with its message
-    tuning = _dsp.number(fn, "tuning", tuning)
+    tuning = estimate_tuning(y, sr, bins_per_octave=bpo) if tuning is None else _dsp.number(fn, "tuning", tuning)
     fmin = C1_HZ if fmin is None else _dsp.number(fn, "fmin", fmin)
     freqs = cqt_frequencies(n_bins, fmin * 2.0 ** (tuning / bpo), bpo)  # librosa tunes fmin, then spaces the bins
     alpha = _relative_bandwidth(freqs, bpo)

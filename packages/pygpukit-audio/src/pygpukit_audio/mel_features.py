@@ -28,7 +28,7 @@ import numpy as np
 import pygpukit as gp
 
 from . import _dsp, mel
-from ._errors import AudioValueError
+from ._errors import AudioTypeError, AudioValueError
 from .stft import stft
 
 _THREADS, _MAX_BLOCKS = 256, 4096  # kPowThreads; blocks of the grid-stride loop
@@ -87,6 +87,16 @@ def melspectrogram(
     return out.reshape(*lead, frames, basis.shape[0]).swapaxes(-1, -2)
 
 
+_MEL_ARGS = ("n_fft", "hop_length", "win_length", "window", "center", "pad_mode", "power", "n_mels", "fmin", "fmax", "htk", "norm")
+
+
+def check_mel_kwargs(fn: str, kwargs: dict[str, Any], allowed: tuple[str, ...] = _MEL_ARGS) -> None:
+    """Extra keyword arguments passed on to melspectrogram must be some of its own."""
+    unknown = sorted(set(kwargs) - set(allowed))
+    if unknown:
+        raise AudioTypeError(f"{fn}: unexpected arguments {unknown}; melspectrogram takes {', '.join(allowed)}")
+
+
 def mfcc(
     y: Any = None,
     sr: float = 22050,
@@ -98,6 +108,7 @@ def mfcc(
     **kwargs: Any,
 ) -> gp.GPUArray:
     """librosa.feature.mfcc: (..., n_mfcc, frames); ``kwargs`` go to melspectrogram."""
+    check_mel_kwargs("mfcc", kwargs)
     if S is None:
         if y is None:
             raise AudioValueError("mfcc: give y (a signal) or S (a log-mel spectrogram)")

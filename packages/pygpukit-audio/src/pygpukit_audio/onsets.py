@@ -28,7 +28,7 @@ import pygpukit as gp
 
 from . import _dsp, filters, mel
 from ._errors import AudioValueError
-from .mel_features import melspectrogram
+from .mel_features import check_mel_kwargs, melspectrogram
 
 _AGGREGATES = {np.mean: gp.mean, gp.mean: gp.mean, np.max: gp.max, np.amax: gp.max, gp.max: gp.max, np.min: gp.min,
                np.amin: gp.min, gp.min: gp.min, np.sum: gp.sum, gp.sum: gp.sum}  # fmt: skip
@@ -62,6 +62,7 @@ def onset_strength(
 ) -> gp.GPUArray:
     """librosa.onset.onset_strength: the onset envelope (..., frames)."""
     fn = "onset_strength"
+    check_mel_kwargs(fn, kwargs, ("win_length", "window", "pad_mode", "power", "n_mels", "fmin", "fmax", "htk", "norm"))
     lag = _dsp.integer(fn, "lag", lag, 1)
     max_size = _dsp.integer(fn, "max_size", max_size, 1)
     n_fft = _dsp.integer(fn, "n_fft", n_fft, 1)
