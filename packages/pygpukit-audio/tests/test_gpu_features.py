@@ -2,8 +2,8 @@
 kernel against its reference, melspectrogram and MFCC against float64 NumPy (no librosa
 needed), at the benchmark's size too; chroma, CQT, onsets and tempo against librosa where
 it is installed on the GPU machine (skipped otherwise), with the CPU tests' tolerances
-(equal onsets and tempi are not required here: the GPU sums in another order, so a
-decision on a float32 tie may differ; they must agree on clear signals)."""
+(float64 onsets equal; float32 onsets may differ by one decision that sits on a float32
+tie, since the GPU sums in another order; the tempo of a clear click track equal)."""
 
 import numpy as np
 import pytest
@@ -71,8 +71,11 @@ def test_chroma_cqt_onsets_tempo_against_librosa(rng):
             ref = librosa.onset.onset_strength(y=yy, sr=sr)
             if np.any(ref):
                 assert rel_err(audio.onset_strength(gy, sr=sr).to_numpy(), ref) < tol, name
-            if name in ("chirp", "tone", "random"):
-                np.testing.assert_array_equal(audio.onset_detect(gy, sr=sr), librosa.onset.onset_detect(y=yy, sr=sr))
+            got, ref = audio.onset_detect(gy, sr=sr), librosa.onset.onset_detect(y=yy, sr=sr)
+            if dtype == np.float64:
+                np.testing.assert_array_equal(got, ref, err_msg=name)
+            else:  # a float32 tie at a threshold may move one decision
+                assert len(np.setxor1d(got, ref)) <= 1, (name, got, ref)
     y = np.zeros(8 * sr)
     for t0 in np.arange(0.2, 7.8, 0.5):  # 120 bpm clicks
         y[int(t0 * sr) : int(t0 * sr) + 300] += np.hanning(300)
