@@ -71,7 +71,7 @@ def test_mfcc_matches_librosa(rng, librosa):
         for dtype in (np.float32, np.float64):
             yy = y.astype(dtype)
             kw = [dict(), dict(n_mfcc=13, lifter=22, n_mels=40), dict(dct_type=3, norm=None, n_fft=512, hop_length=160),
-                  dict(dct_type=2, n_mfcc=30, lifter=5, htk=True, fmax=6000.0), dict(dct_type=1, norm=None, n_mfcc=10)][k]  # fmt: skip
+                  dict(dct_type=2, n_mfcc=30, lifter=5, htk=True, fmax=6000.0), dict(dct_type=1, norm=None, n_mfcc=10, mel_norm=None)][k]  # fmt: skip
             ref = librosa.feature.mfcc(y=yy, sr=sr, **kw)
             got = audio.mfcc(gp.asarray(yy), sr=sr, **kw)
             assert got.dtype == np.dtype(dtype) and got.shape == ref.shape, (name, kw)

@@ -6,7 +6,7 @@
   frames) in y's dtype; with ``S`` (a power spectrogram (..., 1 + n_fft // 2, frames))
   the filterbank is applied to S as given, n_fft = 2 (bins - 1). As librosa, the
   filterbank is computed in float32 (its default dtype) also for float64 input.
-- ``mfcc(y=None, sr=22050, S=None, n_mfcc=20, dct_type=2, norm="ortho", lifter=0, **mel)``:
+- ``mfcc(y=None, sr=22050, S=None, n_mfcc=20, dct_type=2, norm="ortho", lifter=0, mel_norm="slaney", **mel)``:
   mfcc_from_mel(power_to_db(melspectrogram(y, sr, **mel))), or of a log-mel ``S``.
 - ``power_spectrogram(y, n_fft, hop_length, win_length, window, center, pad_mode, power)``:
   |stft(y)|^power, the step the features share.
@@ -105,14 +105,16 @@ def mfcc(
     dct_type: int = 2,
     norm: str | None = "ortho",
     lifter: float = 0,
+    mel_norm: Any = "slaney",
     **kwargs: Any,
 ) -> gp.GPUArray:
-    """librosa.feature.mfcc: (..., n_mfcc, frames); ``kwargs`` go to melspectrogram."""
-    check_mel_kwargs("mfcc", kwargs)
+    """librosa.feature.mfcc: (..., n_mfcc, frames); ``mel_norm`` is the filterbank's norm,
+    ``kwargs`` go to melspectrogram."""
+    check_mel_kwargs("mfcc", kwargs, _MEL_ARGS[:-1])  # norm is the DCT's here
     if S is None:
         if y is None:
             raise AudioValueError("mfcc: give y (a signal) or S (a log-mel spectrogram)")
-        S = mel.power_to_db(melspectrogram(y, sr, **kwargs))
+        S = mel.power_to_db(melspectrogram(y, sr, norm=mel_norm, **kwargs))
     elif y is not None or kwargs:
         raise AudioValueError("mfcc: with S (a log-mel spectrogram) give neither y nor melspectrogram arguments")
     return mel.mfcc_from_mel(S, n_mfcc, dct_type, norm, lifter)
