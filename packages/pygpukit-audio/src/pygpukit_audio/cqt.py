@@ -15,10 +15,12 @@ construction at the new rate; the octaves are stacked and cropped to the shortes
 A signal whose filters reach far below Nyquist is first decimated by 2^k as
 librosa does. fmin=None is C1 (32.70 Hz).
 
-Resampling: librosa's default res_type "soxr_hq" (libsoxr) is not reproduced; the
-only method here is res_type="polyphase", librosa's scipy.signal.resample_poly
-path, with this package's resample_poly (which matches scipy). Compare with
-librosa.cqt(..., res_type="polyphase"). tuning=None estimates the tuning
+Resampling: librosa's default res_type "soxr_hq" (libsoxr) is not reproduced;
+the methods here are res_type="polyphase" (the default: librosa's
+scipy.signal.resample_poly path, with this package's resample_poly, which
+matches scipy) and "fft" / "scipy" (librosa's scipy.signal.resample path: the
+spectrum cropped to the new length, with gp.fft). Compare with
+librosa.cqt(..., res_type=<the same>). tuning=None estimates the tuning
 with estimate_tuning(y, sr, bins_per_octave=bins_per_octave), as librosa.
 
 The filter bases are built on the host in librosa's dtypes (complex64 for float32
@@ -37,12 +39,14 @@ import numpy as np
 import pygpukit as gp
 
 from . import _dsp, _normalize
+from . import fft as gfft
 from ._errors import AudioTypeError, AudioValueError
 from .chroma import estimate_tuning
 from .resampling import resample_poly
 from .stft import stft
 from .windows import get_window
 
+RES_TYPES = ("polyphase", "fft", "scipy")
 C1_HZ = 440.0 * 2.0 ** ((24 - 69) / 12)  # MIDI note 24
 # librosa.filters.WINDOW_BANDWIDTHS: n sum(w^2) / sum(w)^2 of the 1000-point windows
 _BANDWIDTHS = {"hann": 1.50018310546875, "hamming": 1.3629455320350348, "blackman": 1.7269681554262326,
@@ -149,9 +153,19 @@ def _response(y: gp.GPUArray, n_fft: int, hop: int, basis: np.ndarray, pad_mode:
     return out[..., :k], out[..., k:]
 
 
-def _halve(y: gp.GPUArray, factor: int) -> gp.GPUArray:
-    """librosa.resample(y, orig_sr=factor, target_sr=1, res_type="polyphase", scale=True)."""
-    return resample_poly(y, 1, factor, axis=-1) / math.sqrt(1.0 / factor)
+def _decimate(y: gp.GPUArray, factor: int, res_type: str) -> gp.GPUArray:
+    """librosa.resample(y, orig_sr=factor, target_sr=1, res_type=res_type, scale=True)."""
+    if res_type == "polyphase":
+        return resample_poly(y, 1, factor, axis=-1) / math.sqrt(1.0 / factor)
+    # "fft" / "scipy": scipy.signal.resample to ceil(n / factor) samples, the spectrum cropped
+    n = y.shape[-1]
+    num = -(-n // factor)
+    X = gfft.rfft(y, axis=-1)[..., : num // 2 + 1]
+    if num % 2 == 0 and num != n:  # the new Nyquist bin takes both halves' share
+        gain = np.ones(num // 2 + 1)
+        gain[num // 2] = 2.0
+        X = X * gp.asarray(gain.astype(y.dtype))
+    return gfft.irfft(X / (n / num), n=num, axis=-1) / math.sqrt(1.0 / factor)
 
 
 def cqt(
@@ -186,8 +200,10 @@ def cqt(
         raise AudioValueError(f"{fn}: sr and filter_scale must be positive, got {sr}, {filter_scale}")
     if not 0 <= sparsity < 1:
         raise AudioValueError(f"{fn}: sparsity must lie in [0, 1), got {sparsity}")
-    if res_type != "polyphase":
-        raise AudioValueError(f"{fn}: res_type must be 'polyphase' (librosa's resample_poly path), got {res_type!r}")
+    if res_type not in RES_TYPES:
+        raise AudioValueError(
+            f"{fn}: res_type must be one of {', '.join(RES_TYPES)} (soxr and resampy are not reproduced), got {res_type!r}"
+        )
     if not isinstance(window, (str, tuple)):
         raise AudioTypeError(f"{fn}: window must be a name or a (name, parameter) tuple, got {type(window).__name__}")
     get_window(window, 8)  # an unknown name fails here, with its message
@@ -210,7 +226,9 @@ def cqt(
         factor = 2**early
         if y.shape[-1] < factor:
             raise AudioValueError(f"{fn}: the signal ({y.shape[-1]} samples) is too short for a {n_octaves}-octave CQT")
-        my_y = _halve(y, factor) if scale else _halve(y, factor) * math.sqrt(factor)
+        my_y = _decimate(y, factor, res_type)
+        if not scale:
+            my_y = my_y * math.sqrt(factor)
         my_hop //= factor
         my_sr = sr / factor
     base_sr = my_sr  # librosa's gains and length scaling refer to the rate after the early decimation
@@ -227,7 +245,7 @@ def cqt(
         if my_hop % 2 == 0 and i + 1 < n_octaves:
             my_hop //= 2
             my_sr /= 2.0
-            my_y = _halve(my_y, 2)
+            my_y = _decimate(my_y, 2, res_type)
     frames = min(r.shape[-2] for r in re_parts)
     re = gp.concatenate([r[..., :frames, :] for r in re_parts], axis=-1)
     im = gp.concatenate([r[..., :frames, :] for r in im_parts], axis=-1)
