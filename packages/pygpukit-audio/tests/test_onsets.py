@@ -135,6 +135,8 @@ def test_bad_input_raises(rng):
         audio.onset_strength(np.full(SR, np.nan))
     with pytest.raises(AudioValueError, match="units"):
         audio.onset_detect(y, units="beats")
+    with pytest.raises(AudioValueError, match="NaN"):  # librosa returns no onsets here
+        audio.onset_detect(onset_envelope=np.array([0.0, 1.0, np.inf, 0.5]))
     with pytest.raises(AudioValueError, match="1-d"):
         audio.onset_detect(onset_envelope=np.ones((2, 50)))
     with pytest.raises(AudioValueError, match="give y"):

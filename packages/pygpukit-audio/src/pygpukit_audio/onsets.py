@@ -156,7 +156,7 @@ def onset_detect(
         if y is None:
             raise AudioValueError(f"{fn}: give y (a signal) or onset_envelope")
         onset_envelope = onset_strength(y, sr, hop_length=hop_length)
-    env = _dsp.signal(fn, onset_envelope, "onset_envelope", finite=False)
+    env = _dsp.signal(fn, onset_envelope, "onset_envelope")
     if env.ndim != 1:
         raise AudioValueError(f"{fn}: onset_envelope must be 1-d (one signal), got shape {env.shape}")
     x = env.to_numpy()
@@ -171,7 +171,7 @@ def onset_detect(
     delta = _dsp.number(fn, "delta", delta)
     if post_max < 1 or post_avg < 1 or delta < 0:
         raise AudioValueError(f"{fn}: post_max and post_avg must be positive and delta non-negative")
-    if not x.any() or not np.all(np.isfinite(x)):
+    if not x.any():
         onsets = np.zeros(0, dtype=np.int64)
     else:
         onsets = peak_pick(x, pre_max, post_max, pre_avg, post_avg, delta, wait)
