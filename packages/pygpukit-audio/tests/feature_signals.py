@@ -20,11 +20,3 @@ def signals(rng: np.random.Generator, n: int, sr: float) -> dict[str, np.ndarray
         "noise": rng.uniform(-1.0, 1.0, n) * (1.0 + np.sin(2 * np.pi * rng.uniform(1.0, 4.0) * t)),
         "silence_dc": np.full(n, rng.uniform(0.1, 0.5)),
     }
-
-
-def rel_err(got, ref) -> float:
-    """max|got - ref| / max|ref| in float64 (complex allowed)."""
-    got, ref = np.asarray(got), np.asarray(ref)
-    assert got.shape == ref.shape, (got.shape, ref.shape)
-    got, ref = got.astype(np.complex128), ref.astype(np.complex128)
-    return float(np.max(np.abs(got - ref)) / max(float(np.max(np.abs(ref))), 1e-300)) if ref.size else 0.0

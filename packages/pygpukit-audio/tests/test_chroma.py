@@ -7,7 +7,8 @@ estimate (a histogram bin of width ``resolution``) is equal on the CPU backend."
 
 import numpy as np
 import pytest
-from feature_signals import rel_err, signals
+from audio_testing import rel_err
+from feature_signals import signals
 
 import pygpukit as gp
 import pygpukit_audio as audio

@@ -11,7 +11,8 @@ both bases carry float32 rounding); the magnitude of every bin above 1e-3 (float
 
 import numpy as np
 import pytest
-from feature_signals import rel_err, signals
+from audio_testing import rel_err
+from feature_signals import signals
 
 import pygpukit as gp
 import pygpukit_audio as audio

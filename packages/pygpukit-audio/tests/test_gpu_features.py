@@ -7,7 +7,8 @@ tie, since the GPU sums in another order; the tempo of a clear click track equal
 
 import numpy as np
 import pytest
-from feature_signals import rel_err, signals
+from audio_testing import rel_err
+from feature_signals import signals
 
 import pygpukit as gp
 import pygpukit_audio as audio

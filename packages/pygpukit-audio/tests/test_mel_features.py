@@ -11,7 +11,8 @@ max|X|^power max(filterbank)."""
 
 import numpy as np
 import pytest
-from feature_signals import rel_err, signals
+from audio_testing import rel_err
+from feature_signals import signals
 
 import pygpukit as gp
 import pygpukit_audio as audio

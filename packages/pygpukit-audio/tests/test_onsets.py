@@ -10,7 +10,8 @@ so another summation order can move a decision that sits on a tie)."""
 
 import numpy as np
 import pytest
-from feature_signals import rel_err, signals
+from audio_testing import rel_err
+from feature_signals import signals
 
 import pygpukit as gp
 import pygpukit_audio as audio

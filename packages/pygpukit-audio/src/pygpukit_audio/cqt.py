@@ -133,23 +133,22 @@ def _normalize_host(sig: np.ndarray, norm: float) -> np.ndarray:
 
 
 @functools.lru_cache(maxsize=64)
-def _real_basis(kept: bytes, shape: tuple[int, int], cdt: np.dtype, backend: str) -> gp.GPUArray:
-    """[[Br^T, Bi^T], [-Bi^T, Br^T]] (2 bins, 2 n_filters): [re | im] @ it gives [Re | Im] of frames @ B^T."""
-    b = np.frombuffer(kept, cdt).reshape(shape).T
-    rdt = np.float32 if cdt == np.complex64 else np.float64
+def _device_basis(backend: str, *octave: Any) -> tuple[gp.GPUArray, int, int]:
+    """(the octave's basis as the real [[Br^T, Bi^T], [-Bi^T, Br^T]] (2 bins, 2 n_filters) on the
+    device, n_fft, n_filters): [re | im] of the STFT frames @ it gives [Re | Im] of frames @ B^T."""
+    basis, n_fft = _octave_basis(*octave)
+    b = basis.T
     top = np.concatenate([b.real, b.imag], axis=1)
     bottom = np.concatenate([-b.imag, b.real], axis=1)
-    return gp.asarray(np.ascontiguousarray(np.concatenate([top, bottom], axis=0), dtype=rdt))
+    return gp.asarray(np.ascontiguousarray(np.concatenate([top, bottom], axis=0))), n_fft, basis.shape[0]
 
 
-def _response(y: gp.GPUArray, n_fft: int, hop: int, basis: np.ndarray, pad_mode: str) -> tuple[gp.GPUArray, gp.GPUArray]:
-    """(Re, Im) of basis @ stft(y, rectangular window), each (..., frames, n_filters)."""
+def _response(y: gp.GPUArray, n_fft: int, hop: int, m: gp.GPUArray, k: int, pad_mode: str) -> tuple[gp.GPUArray, gp.GPUArray]:
+    """(Re, Im) of the k filters' basis (as _device_basis's m) @ stft(y, rectangular window), each (..., frames, k)."""
     D = stft(y, n_fft, hop, None, "ones", True, pad_mode).swapaxes(-1, -2)  # (..., frames, bins), contiguous
     lead, (frames, bins) = D.shape[:-2], D.shape[-2:]
     rows = gp.concatenate([D.real, D.imag], axis=-1).reshape(math.prod(lead) * frames, 2 * bins)
-    m = _real_basis(basis.tobytes(), basis.shape, basis.dtype, gp.backend())
-    out = gp.matmul(rows, m).reshape(*lead, frames, 2 * basis.shape[0])
-    k = basis.shape[0]
+    out = gp.matmul(rows, m).reshape(*lead, frames, 2 * k)
     return out[..., :k], out[..., k:]
 
 
@@ -237,9 +236,9 @@ def cqt(
     for i in range(n_octaves):
         sl = slice(n_bins - n_filters * (i + 1), n_bins - n_filters * i)
         lo = max(sl.start, 0)  # a partial lowest octave has fewer filters
-        basis, n_fft = _octave_basis(my_sr, tuple(freqs[lo : sl.stop]), tuple(alpha[lo : sl.stop]), filter_scale, norm, sparsity,
-                                     window, cdt, math.sqrt(base_sr / my_sr))  # fmt: skip
-        re, im = _response(my_y, n_fft, my_hop, basis, pad_mode)
+        m, n_fft, k = _device_basis(gp.backend(), my_sr, tuple(freqs[lo : sl.stop]), tuple(alpha[lo : sl.stop]), filter_scale, norm,
+                                    sparsity, window, cdt, math.sqrt(base_sr / my_sr))  # fmt: skip
+        re, im = _response(my_y, n_fft, my_hop, m, k, pad_mode)
         re_parts.insert(0, re)
         im_parts.insert(0, im)
         if my_hop % 2 == 0 and i + 1 < n_octaves:
