@@ -183,7 +183,7 @@ def cqt(
     pad_mode: str = "constant",
     res_type: str = "polyphase",
 ) -> gp.GPUArray:
-    """librosa.cqt(..., res_type="polyphase"): (..., n_bins, frames) complex."""
+    """librosa.cqt with the same res_type: (..., n_bins, frames) complex."""
     fn = "cqt"
     y = _dsp.signal(fn, y, "y")
     if y.shape[-1] == 0:
@@ -234,10 +234,10 @@ def cqt(
 
     re_parts, im_parts = [], []
     for i in range(n_octaves):
-        sl = slice(n_bins - n_filters * (i + 1), n_bins - n_filters * i)
-        lo = max(sl.start, 0)  # a partial lowest octave has fewer filters
-        m, n_fft, k = _device_basis(gp.backend(), my_sr, tuple(freqs[lo : sl.stop]), tuple(alpha[lo : sl.stop]), filter_scale, norm,
-                                    sparsity, window, cdt, math.sqrt(base_sr / my_sr))  # fmt: skip
+        hi = n_bins - n_filters * i
+        lo = max(hi - n_filters, 0)  # a partial lowest octave has fewer filters
+        m, n_fft, k = _device_basis(gp.backend(), my_sr, tuple(freqs[lo:hi]), tuple(alpha[lo:hi]), filter_scale, norm, sparsity,
+                                    window, cdt, math.sqrt(base_sr / my_sr))  # fmt: skip
         re, im = _response(my_y, n_fft, my_hop, m, k, pad_mode)
         re_parts.insert(0, re)
         im_parts.insert(0, im)
