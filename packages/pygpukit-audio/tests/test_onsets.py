@@ -6,7 +6,8 @@ a steady tone's envelope is the float32 rounding of dB differences) and 1e-12 (f
 onset frames, samples and times, and tempi, equal on the CPU backend, but for per-frame
 float32 tempi (aggregate=None), where up to 5% of the frames may pick another lag: there
 the scores of two lags tie to float32 rounding (the picking and the argmax compare values,
-so another summation order can move a decision that sits on a tie)."""
+so another summation order can move a decision that sits on a tie). On the GPU, float32
+onsets may differ by one moved decision and float32 tempi by a tie as well."""
 
 import numpy as np
 import pytest
@@ -75,7 +76,10 @@ def test_onset_detect_matches_librosa(rng, librosa):
                     assert case.get("backtrack") and got.size == 0, (name, case)
                     continue
                 assert isinstance(got, np.ndarray) and got.shape == ref.shape, (name, case, got, ref)
-                np.testing.assert_array_equal(got, ref, err_msg=f"{name} {case}")
+                if dtype == np.float64 or gp.backend() == "cpu":
+                    np.testing.assert_array_equal(got, ref, err_msg=f"{name} {case}")
+                else:  # float32 sums in the GPU's order: one decision on a tie may move
+                    assert len(np.setxor1d(got, ref)) <= 2, (name, case, got, ref)
     env = librosa.onset.onset_strength(y=clicks(rng, 90.0, 4.0), sr=SR)
     energy = np.abs(rng.standard_normal(env.size))
     ref = librosa.onset.onset_detect(onset_envelope=env, sr=SR, backtrack=True, energy=energy)
@@ -108,7 +112,7 @@ def test_tempogram_and_tempo_match_librosa(rng, librosa):
                 ref = librosa.feature.tempo(y=yy, sr=SR, **kw)
                 got = audio.tempo(gp.asarray(yy), sr=SR, **kw)
                 assert got.shape == ref.shape, (name, kw)
-                if dtype == np.float32 and "aggregate" in kw:
+                if dtype == np.float32 and ("aggregate" in kw or gp.backend() != "cpu"):
                     assert np.mean(got.to_numpy() != ref) <= 0.05, (name, kw)
                 else:
                     np.testing.assert_array_equal(got.to_numpy(), ref, err_msg=f"{name} {kw} {dtype}")
