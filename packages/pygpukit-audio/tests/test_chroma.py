@@ -3,7 +3,8 @@ chirps, detuned tones and DC, float32 and float64; their argument checks.
 
 Tolerances (max |error| / max |librosa|): filterbanks 1e-7 (float32) / 1e-13 (float64);
 chromagrams 2e-6 / 1e-12; piptrack's pitches and magnitudes 1e-6 / 1e-12. The tuning
-estimate (a histogram bin of width ``resolution``) is equal on the CPU backend."""
+estimate (a histogram bin of width ``resolution``) is equal on the CPU backend and in
+float64; float32 on the GPU may land one bin away."""
 
 import numpy as np
 import pytest
@@ -64,7 +65,11 @@ def test_piptrack_and_estimate_tuning_match_librosa(rng, librosa):
             tol = 1e-6 if dtype == np.float32 else 1e-12
             if np.any(rm):
                 assert rel_err(pitch.to_numpy(), rp) < tol and rel_err(mag.to_numpy(), rm) < tol, (name, dtype)
-            assert audio.estimate_tuning(gp.asarray(yy), sr=sr) == librosa.estimate_tuning(y=yy, sr=sr), (name, dtype)
+            got, ref = audio.estimate_tuning(gp.asarray(yy), sr=sr), librosa.estimate_tuning(y=yy, sr=sr)
+            if dtype == np.float64 or gp.backend() == "cpu":
+                assert got == ref, (name, dtype)
+            else:  # float32 in the GPU's order: a deviation on a bin edge may move one histogram bin
+                assert abs(got - ref) <= 0.0100001, (name, got, ref)
     est = audio.estimate_tuning(chord, sr=sr, resolution=0.05, bins_per_octave=24, fmin=200.0, threshold=0.2)
     assert est == librosa.estimate_tuning(y=chord, sr=sr, resolution=0.05, bins_per_octave=24, fmin=200.0, threshold=0.2)
     assert abs(audio.estimate_tuning(chord, sr=sr) - detune) <= 0.02  # the chord's own detuning, to the histogram's bin
