@@ -2,7 +2,7 @@
 a std::thread per CUDA thread, std::barrier for __syncthreads) with the host
 code's own tables, against scipy and librosa: the sosfilt scan over many
 chunks and several tiles per chunk, with zi and zf, the FIR tiles, the
-polyphase resampler at the edges, the decibel kernel. In CI this checks the
+polyphase resampler at the edges, the decibel and |X|^power kernels. In CI this checks the
 kernels' index math without a GPU; it skips where g++ with C++20 is missing."""
 
 import ctypes
@@ -27,7 +27,7 @@ def emu(tmp_path_factory):
     if cxx is None:
         pytest.skip("g++ is not installed (the kernel emulator needs a C++20 compiler)")
     out = tmp_path_factory.mktemp("emu")
-    for name in ("filters", "resample", "mel"):
+    for name in ("filters", "resample", "mel", "spectrum"):
         text = _dsp.source(name).replace(
             "extern __shared__ __align__(16) unsigned char smem_raw[];", "unsigned char* smem_raw = g_dyn_smem;"
         )
@@ -120,3 +120,13 @@ def test_db_kernel(emu, rng):
                INT(top_db is not None), ptr(out), INT(2))  # fmt: skip
         ref = librosa.power_to_db(S, ref=np.max if use_max else 1.0, top_db=top_db)
         np.testing.assert_allclose(out, ref, rtol=1e-5, atol=2e-5)
+
+
+def test_magnitude_power_kernel(emu, rng):
+    for dbl, cdt in ((0, np.complex64), (1, np.complex128)):
+        z = (rng.standard_normal(3001) + 1j * rng.standard_normal(3001)).astype(cdt)
+        for power, mode in ((2.0, 2), (1.0, 1), (1.5, 0)):
+            out = np.full(z.size, np.nan, np.float32 if dbl == 0 else np.float64)
+            emu.magpow(INT(dbl), ptr(z), LL(z.size), DBL(power), INT(mode), ptr(out), INT(3))  # 3 blocks stride over 3001
+            ref = np.abs(z.astype(np.complex128)) ** power
+            assert rel_err(out, ref) < (1e-6 if dbl == 0 else 1e-14), (cdt, power)

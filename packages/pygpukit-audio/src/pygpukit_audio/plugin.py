@@ -14,13 +14,16 @@ from . import __version__
 # The modules that define ops, in registration order; each has register(registry).
 # Imported by name: the package exports functions named like some of them (stft).
 MODULES = tuple(
-    importlib.import_module(f"{__package__}.{name}") for name in ("fft", "stft", "filters", "resampling", "mel", "decompose", "pitch")
+    importlib.import_module(f"{__package__}.{name}")
+    for name in ("fft", "stft", "filters", "resampling", "mel", "decompose", "pitch", "mel_features")
 )
 
 
 @hookimpl
 def pygpukit_plugin_info() -> PluginInfo:
-    return PluginInfo("pygpukit-audio", __version__, "FFT, STFT/ISTFT, IIR/FIR filters, polyphase resampling, mel filterbanks, dB, MFCC")
+    return PluginInfo(
+        "pygpukit-audio", __version__, "FFT, STFT/ISTFT, filters, resampling, mel/MFCC/chroma/CQT, onsets and tempo, pitch, HPSS, phase"
+    )
 
 
 @hookimpl

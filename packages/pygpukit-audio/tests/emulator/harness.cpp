@@ -9,7 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <algorithm>
-using std::min; using std::max; using std::fma; using std::fmax; using std::log10; using std::fabs;
+using std::min; using std::max; using std::fma; using std::fmax; using std::log10; using std::fabs; using std::sqrt; using std::pow;
 struct D3 { unsigned x = 0, y = 0, z = 0; };
 thread_local D3 threadIdx;
 D3 blockIdx, gridDim;
@@ -25,6 +25,7 @@ static double __longlong_as_double(long long v) { double d; std::memcpy(&d, &v, 
 #include "filters.cu"
 #include "resample.cu"
 #include "mel.cu"
+#include "spectrum.cu"
 template <class F> void launch(unsigned gx, unsigned gy, unsigned threads, F f) {
   gridDim.x = gx; gridDim.y = gy;
   for (unsigned by = 0; by < gy; ++by) for (unsigned bx = 0; bx < gx; ++bx) {
@@ -60,4 +61,8 @@ extern "C" void rs(int dbl, const void* x, long long xr, int n, const void* tabl
 extern "C" void db(int dbl, const void* s, long long n, const void* smax, const void* ref, double ref_db_host, double amin, double top_db, int has_top, void* out, int blocks) {
   if (dbl) launch(blocks, 1, kDbThreads, [&] { power_to_db<double>((const double*)s, n, (const double*)smax, (const double*)ref, ref_db_host, amin, top_db, has_top, (double*)out); });
   else launch(blocks, 1, kDbThreads, [&] { power_to_db<float>((const float*)s, n, (const float*)smax, (const float*)ref, ref_db_host, amin, top_db, has_top, (float*)out); });
+}
+extern "C" void magpow(int dbl, const void* z, long long n, double power, int mode, void* out, int blocks) {
+  if (dbl) launch(blocks, 1, kPowThreads, [&] { magnitude_power<double>((const double*)z, n, power, mode, (double*)out); });
+  else launch(blocks, 1, kPowThreads, [&] { magnitude_power<float>((const float*)z, n, power, mode, (float*)out); });
 }
