@@ -6,39 +6,21 @@ polyphase resampler at the edges, the decibel and |X|^power kernels. In CI this 
 kernels' index math without a GPU; it skips where g++ with C++20 is missing."""
 
 import ctypes
-import shutil
-import subprocess
-from pathlib import Path
 
 import numpy as np
 import pytest
+from emulation import build
 
-from pygpukit_audio import _dsp, filters
+from pygpukit_audio import filters
 from pygpukit_audio import resampling as resample
 
 ss = pytest.importorskip("scipy.signal", reason="the references are scipy.signal's (pip install scipy)")
-HERE = Path(__file__).parent / "emulator"
 LL, INT, DBL = ctypes.c_longlong, ctypes.c_int, ctypes.c_double
 
 
 @pytest.fixture(scope="module")
 def emu(tmp_path_factory):
-    cxx = shutil.which("g++")
-    if cxx is None:
-        pytest.skip("g++ is not installed (the kernel emulator needs a C++20 compiler)")
-    out = tmp_path_factory.mktemp("emu")
-    for name in ("filters", "resample", "mel", "spectrum"):
-        text = _dsp.source(name).replace(
-            "extern __shared__ __align__(16) unsigned char smem_raw[];", "unsigned char* smem_raw = g_dyn_smem;"
-        )
-        (out / f"{name}.cu").write_text(text)
-    lib = out / "libemu.so"
-    cmd = [cxx, "-std=c++20", "-O1", "-pthread", "-shared", "-fPIC", f"-I{out}", str(HERE / "harness.cpp"), "-o", str(lib)]
-    run = subprocess.run(cmd, capture_output=True, text=True)
-    if run.returncode != 0 and "barrier" in run.stderr:
-        pytest.skip("this g++ lacks C++20's <barrier>")
-    assert run.returncode == 0, run.stderr[-3000:]
-    return ctypes.CDLL(str(lib))
+    return build(tmp_path_factory.mktemp("emu"), "harness.cpp", ("filters", "resample", "mel", "spectrum"))
 
 
 def ptr(a):

@@ -6,39 +6,21 @@ reflect boundary, ties, the shared-memory value rows and the backtracking,
 without a GPU. Skips where g++ with C++20 is missing."""
 
 import ctypes
-import shutil
-import subprocess
-from pathlib import Path
 
 import numpy as np
 import pytest
+from emulation import build
 
 import pygpukit as gp
-from pygpukit_audio import _dsp, pitch
+from pygpukit_audio import pitch
 
 ndimage = pytest.importorskip("scipy.ndimage", reason="the reference is scipy.ndimage.median_filter (pip install scipy)")
-HERE = Path(__file__).parent / "emulator"
 LL, INT = ctypes.c_longlong, ctypes.c_int
 
 
 @pytest.fixture(scope="module")
 def emu(tmp_path_factory):
-    cxx = shutil.which("g++")
-    if cxx is None:
-        pytest.skip("g++ is not installed (the kernel emulator needs a C++20 compiler)")
-    out = tmp_path_factory.mktemp("emu_pd")
-    for name in ("decompose", "pitch"):
-        text = _dsp.source(name).replace(
-            "extern __shared__ __align__(16) unsigned char smem_raw[];", "unsigned char* smem_raw = g_dyn_smem;"
-        )
-        (out / f"{name}.cu").write_text(text)
-    lib = out / "libemu_pd.so"
-    cmd = [cxx, "-std=c++20", "-O1", "-pthread", "-shared", "-fPIC", f"-I{out}", str(HERE / "pitch_decompose.cpp"), "-o", str(lib)]
-    run = subprocess.run(cmd, capture_output=True, text=True)
-    if run.returncode != 0 and "barrier" in run.stderr:
-        pytest.skip("this g++ lacks C++20's <barrier>")
-    assert run.returncode == 0, run.stderr[-3000:]
-    return ctypes.CDLL(str(lib))
+    return build(tmp_path_factory.mktemp("emu_pd"), "pitch_decompose.cpp", ("decompose", "pitch"))
 
 
 def ptr(a):
