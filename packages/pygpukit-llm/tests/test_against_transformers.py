@@ -46,7 +46,7 @@ def test_chat_prompts_match_transformers(dirs, name):
     ours, ref = both(dirs[name])
     user_assistant = [m for m in CONVO if m["role"] != "system"]
     convos = [CONVO, user_assistant, user_assistant[:1], [{"role": "user", "content": "  spaces  \n"}]]
-    tools = [{"type": "function", "function": {"name": "天気", "description": "a<b & c>d 😀", "parameters": {"x": [1, 2]}}}]
+    tools = [{"type": "function", "function": {"name": "\u5929\u6c17", "description": "a<b & c>d \U0001f600", "parameters": {"x": [1, 2]}}}]
     for messages in convos:
         for gen in (True, False):
             kwargs = [{}, {"tools": tools}, {"enable_thinking": False}, {"enable_thinking": True}]

@@ -28,9 +28,9 @@ def test_chatml_template(tmp_path, tok_json):
     tok = qwen(tmp_path, tok_json)
     assert tok.apply_chat_template(CONVO) == (
         "<|im_start|>system\nBe brief.<|im_end|>\n"
-        "<|im_start|>user\nHi! Café?<|im_end|>\n"
-        "<|im_start|>assistant\nOui. 😀<|im_end|>\n"
-        "<|im_start|>user\n東京の天気は?<|im_end|>\n"
+        "<|im_start|>user\nHi! Caf\u00e9?<|im_end|>\n"
+        "<|im_start|>assistant\nOui. \U0001f600<|im_end|>\n"
+        "<|im_start|>user\n\u6771\u4eac\u306e\u5929\u6c17\u306f?<|im_end|>\n"
         "<|im_start|>assistant\n"
     )
     user_only = [{"role": "user", "content": "x"}]
@@ -54,28 +54,33 @@ def test_enable_thinking_passed_only_when_given(tmp_path, tok_json):
 
 def test_tools_through_tojson_keep_non_ascii(tmp_path, tok_json):
     tok = qwen(tmp_path, tok_json)
-    tools = [{"type": "function", "function": {"name": "天気", "description": "a<b & c>d 😀", "parameters": {"city": "Zürich"}}}]
+    tools = [
+        {
+            "type": "function",
+            "function": {"name": "\u5929\u6c17", "description": "a<b & c>d \U0001f600", "parameters": {"city": "Z\u00fcrich"}},
+        }
+    ]
     out = tok.apply_chat_template([{"role": "user", "content": "Wetter?"}], tools=tools)
     assert out == (
         "<|im_start|>system\nYou are a helpful assistant.\n\n# Tools\n\n<tools>\n"
-        '{"type": "function", "function": {"name": "天気", "description": "a<b & c>d 😀", "parameters": {"city": "Zürich"}}}'
+        '{"type": "function", "function": {"name": "\u5929\u6c17", "description": "a<b & c>d \U0001f600", "parameters": {"city": "Z\u00fcrich"}}}'
         "\n</tools><|im_end|>\n<|im_start|>user\nWetter?<|im_end|>\n<|im_start|>assistant\n"
     )
-    docs = [{"title": "Ünïcode", "text": "東京"}]
+    docs = [{"title": "\u00dcn\u00efcode", "text": "\u6771\u4eac"}]
     template = "{{ documents | tojson(indent=2) }}|{{ x | tojson }}|{{ x | tojson(ensure_ascii=True) }}"
-    assert render_chat_template(template, [{"role": "user", "content": ""}], documents=docs, x="é") == (
-        '[\n  {\n    "title": "Ünïcode",\n    "text": "東京"\n  }\n]|"é"|"\\u00e9"'
+    assert render_chat_template(template, [{"role": "user", "content": ""}], documents=docs, x="\u00e9") == (
+        '[\n  {\n    "title": "\u00dcn\u00efcode",\n    "text": "\u6771\u4eac"\n  }\n]|"\u00e9"|"\\u00e9"'
     )
 
 
 def test_llama3_template_has_one_bos(tmp_path, tok_json):
     cfg = {"bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>", "add_bos_token": True, "chat_template": LLAMA3}
     tok = Tokenizer.load(model_dir(tmp_path / "l3", tok_json, tokenizer_config=cfg, generation_config={"eos_token_id": [0, 6]}))
-    msgs = [{"role": "system", "content": "  You answer. \n"}, {"role": "user", "content": "Ça va?"}]
+    msgs = [{"role": "system", "content": "  You answer. \n"}, {"role": "user", "content": "\u00c7a va?"}]
     text = tok.apply_chat_template(msgs)
     assert text == (
         "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nYou answer.<|eot_id|>"
-        "<|start_header_id|>user<|end_header_id|>\n\nÇa va?<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"
+        "<|start_header_id|>user<|end_header_id|>\n\n\u00c7a va?<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"
     )
     bos = tok.token_to_id("<|begin_of_text|>")
     ids = tok.apply_chat_template(msgs, tokenize=True)
@@ -116,9 +121,9 @@ def test_globals_and_extra_variables(tmp_path, tok_json):
     tok = qwen(tmp_path, tok_json)
     template = "{{ strftime_now('%Y-%m-%d') }}|{{ custom }}|{{ bos_token is defined }}|{{ eos_token }}|{{ pad_token }}"
     before = datetime.now().strftime("%Y-%m-%d")
-    out = tok.apply_chat_template([{"role": "user", "content": "q"}], chat_template=template, custom=[1, "ü"])
+    out = tok.apply_chat_template([{"role": "user", "content": "q"}], chat_template=template, custom=[1, "\u00fc"])
     after = datetime.now().strftime("%Y-%m-%d")
-    assert out in (f"{before}|[1, 'ü']|False|<|im_end|>|<|endoftext|>", f"{after}|[1, 'ü']|False|<|im_end|>|<|endoftext|>")
+    assert out in (f"{before}|[1, '\u00fc']|False|<|im_end|>|<|endoftext|>", f"{after}|[1, '\u00fc']|False|<|im_end|>|<|endoftext|>")
 
 
 def test_continue_final_message(tmp_path, tok_json):
@@ -138,9 +143,9 @@ def test_list_of_named_templates(tmp_path, tok_json):
         {"name": "rag", "template": "R:{{ documents[0].text }}"},
     ]
     tok = qwen(tmp_path, tok_json, tokenizer_config={"chat_template": named})
-    msgs = [{"role": "user", "content": "hé"}]
-    assert tok.apply_chat_template(msgs) == "D:hé"
-    assert tok.apply_chat_template(msgs, tools=[{"name": "f"}, {"name": "g"}]) == "T:2:hé"
+    msgs = [{"role": "user", "content": "h\u00e9"}]
+    assert tok.apply_chat_template(msgs) == "D:h\u00e9"
+    assert tok.apply_chat_template(msgs, tools=[{"name": "f"}, {"name": "g"}]) == "T:2:h\u00e9"
     assert tok.apply_chat_template(msgs, chat_template="rag", documents=[{"text": "doc"}]) == "R:doc"
     assert tok.apply_chat_template(msgs, chat_template="X{{ messages | length }}") == "X1"
     with pytest.raises(ChatTemplateError, match="no chat template named 'nope'; this model has: default, tool_use, rag"):
@@ -199,9 +204,12 @@ def test_tool_call_message_without_content(tmp_path, tok_json):
     template = "{% for m in messages %}{{ m.role }}:{{ m.content if m.content is not none else m.tool_calls | tojson }};{% endfor %}"
     msgs = [
         {"role": "user", "content": "x"},
-        {"role": "assistant", "content": None, "tool_calls": [{"name": "f", "arguments": {"q": "ü"}}]},
+        {"role": "assistant", "content": None, "tool_calls": [{"name": "f", "arguments": {"q": "\u00fc"}}]},
     ]
-    assert render_chat_template(template, msgs, add_generation_prompt=False) == 'user:x;assistant:[{"name": "f", "arguments": {"q": "ü"}}];'
+    assert (
+        render_chat_template(template, msgs, add_generation_prompt=False)
+        == 'user:x;assistant:[{"name": "f", "arguments": {"q": "\u00fc"}}];'
+    )
 
 
 def test_sandbox_and_template_errors(tmp_path, tok_json):

@@ -58,7 +58,7 @@ def test_batch_equals_prompts_alone(model):
 
 
 def test_chat_and_its_stream(model):
-    messages = [{"role": "user", "content": "héllo 世界"}]
+    messages = [{"role": "user", "content": "h\u00e9llo \u4e16\u754c"}]
     reply = model.chat(messages, max_new_tokens=16, greedy=True, ignore_eos=True)
     pieces = list(model.stream_chat(messages, max_new_tokens=16, greedy=True, ignore_eos=True))
     assert "".join(t for c, t in pieces if c == "reply") == reply.text and reply.thinking == "".join(

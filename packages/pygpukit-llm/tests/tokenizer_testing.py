@@ -13,9 +13,9 @@ from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers,
 
 WORDS = (
     "the quick brown fox jumps over lazy dog hello world token stream model answer question river mountain "
-    "café naïve résumé über straße façade niño crème brûlée smörgåsbord déjà vu "
-    "日本語 テキスト 中文 文本 東京 天気 한국어 안녕하세요 "
-    "😀 🎉 👍🏽 🇯🇵 👨‍👩‍👧 ❤️ 🚀"
+    "caf\u00e9 na\u00efve r\u00e9sum\u00e9 \u00fcber stra\u00dfe fa\u00e7ade ni\u00f1o cr\u00e8me br\u00fbl\u00e9e sm\u00f6rg\u00e5sbord d\u00e9j\u00e0 vu "
+    "\u65e5\u672c\u8a9e \u30c6\u30ad\u30b9\u30c8 \u4e2d\u6587 \u6587\u672c \u6771\u4eac \u5929\u6c17 \ud55c\uad6d\uc5b4 \uc548\ub155\ud558\uc138\uc694 "
+    "\U0001f600 \U0001f389 \U0001f44d\U0001f3fd \U0001f1ef\U0001f1f5 \U0001f468\u200d\U0001f469\u200d\U0001f467 \u2764\ufe0f \U0001f680"
 ).split()
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"]
 
@@ -32,7 +32,7 @@ def corpus(n: int = 300, seed: int = 0) -> list[str]:
 
 def random_text(rng: random.Random, n_words: int = 8) -> str:
     """Text like the corpus plus characters the tiny vocabularies have never seen."""
-    rare = ["ǅ", "Ω", "∑", "𝔘", "龘", "🦄", "🧬", "\u00a0", "\t", "  "]
+    rare = ["\u01c5", "\u03a9", "\u2211", "\U0001d518", "\u9f98", "\U0001f984", "\U0001f9ec", "\u00a0", "\t", "  "]
     parts = [rng.choice(WORDS) if rng.random() < 0.8 else rng.choice(rare) for _ in range(n_words)]
     return "".join(p + rng.choice([" ", "", ", "]) for p in parts)
 
@@ -57,16 +57,16 @@ def byte_fallback_json(style: str = "metaspace", vocab_size: int = 420, bos_post
     model's vocabulary (ids 3..258) for characters it does not know.
 
     style "metaspace": Metaspace pre-tokenizer and decoder (recent conversions);
-    style "legacy": a normalizer that prepends "▁" and replaces spaces, and the
+    style "legacy": a normalizer that prepends "\u2581" and replaces spaces, and the
     Replace / ByteFallback / Fuse / Strip decoder of the original Llama-2 tokenizer.json."""
     tok = Tokenizer(models.BPE(byte_fallback=True, unk_token="<unk>", fuse_unk=True))
     if style == "metaspace":
-        tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="first")
-        tok.decoder = decoders.Sequence([decoders.ByteFallback(), decoders.Metaspace(replacement="▁", prepend_scheme="first")])
+        tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="first")
+        tok.decoder = decoders.Sequence([decoders.ByteFallback(), decoders.Metaspace(replacement="\u2581", prepend_scheme="first")])
     else:
-        tok.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
+        tok.normalizer = normalizers.Sequence([normalizers.Prepend("\u2581"), normalizers.Replace(" ", "\u2581")])
         tok.decoder = decoders.Sequence(
-            [decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(), decoders.Strip(content=" ", left=1, right=0)]
+            [decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse(), decoders.Strip(content=" ", left=1, right=0)]
         )
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=["<unk>", "<s>", "</s>"], limit_alphabet=70, show_progress=False)
     tok.train_from_iterator(corpus(), trainer)
@@ -163,7 +163,7 @@ MISTRAL = (
 
 CONVO = [
     {"role": "system", "content": "Be brief."},
-    {"role": "user", "content": "Hi! Café?"},
-    {"role": "assistant", "content": "Oui. 😀"},
-    {"role": "user", "content": "東京の天気は?"},
+    {"role": "user", "content": "Hi! Caf\u00e9?"},
+    {"role": "assistant", "content": "Oui. \U0001f600"},
+    {"role": "user", "content": "\u6771\u4eac\u306e\u5929\u6c17\u306f?"},
 ]

@@ -108,7 +108,7 @@ def chat_main(argv: list[str] | None = None) -> int:
     template = {"enable_thinking": False} if args.no_thinking else {}
     start = [{"role": "system", "content": args.system}] if args.system else []
     history = list(start)
-    print(f"{model} — /reset to start over, /exit to leave", file=sys.stderr)
+    print(f"{model} - /reset to start over, /exit to leave", file=sys.stderr)
     while True:
         try:
             line = input("> ")
