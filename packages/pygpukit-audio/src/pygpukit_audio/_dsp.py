@@ -73,6 +73,14 @@ def number(fn: str, name: str, v: Any) -> float:
     return v
 
 
+def positive(fn: str, name: str, v: Any) -> float:
+    """A finite real number > 0."""
+    v = number(fn, name, v)
+    if v <= 0:
+        raise AudioValueError(f"{fn}: {name} must be positive, got {v}")
+    return v
+
+
 def axis_of(fn: str, axis: Any, ndim: int) -> int:
     a = integer(fn, "axis", axis, -ndim, ndim - 1) if ndim else 0
     return a % ndim

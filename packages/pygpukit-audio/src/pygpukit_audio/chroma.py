@@ -80,9 +80,7 @@ def chroma_filters(
 ) -> gp.GPUArray:
     """librosa.filters.chroma: (n_chroma, 1 + n_fft // 2) weights of each FFT bin per pitch class."""
     fn = "chroma_filters"
-    sr = _dsp.number(fn, "sr", sr)
-    if sr <= 0:
-        raise AudioValueError(f"{fn}: sr must be positive, got {sr}")
+    sr = _dsp.positive(fn, "sr", sr)
     n_fft = _dsp.integer(fn, "n_fft", n_fft, 2)
     n_chroma = _dsp.integer(fn, "n_chroma", n_chroma, 1)
     tuning = _dsp.number(fn, "tuning", tuning)
@@ -129,9 +127,7 @@ def piptrack(
 ) -> tuple[gp.GPUArray, gp.GPUArray]:
     """librosa.piptrack: (pitches, magnitudes), both (..., 1 + n_fft // 2, frames), zero off the peaks."""
     fn = "piptrack"
-    sr = _dsp.number(fn, "sr", sr)
-    if sr <= 0:
-        raise AudioValueError(f"{fn}: sr must be positive, got {sr}")
+    sr = _dsp.positive(fn, "sr", sr)
     threshold = _dsp.number(fn, "threshold", threshold)
     fmin = max(_dsp.number(fn, "fmin", fmin), 0.0)
     fmax = min(_dsp.number(fn, "fmax", fmax), sr / 2)

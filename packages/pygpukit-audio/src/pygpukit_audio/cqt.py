@@ -60,9 +60,7 @@ def cqt_frequencies(n_bins: int, fmin: float, bins_per_octave: int = 12, tuning:
     fn = "cqt_frequencies"
     n_bins = _dsp.integer(fn, "n_bins", n_bins, 1)
     bpo = _dsp.integer(fn, "bins_per_octave", bins_per_octave, 1)
-    fmin = _dsp.number(fn, "fmin", fmin)
-    if fmin <= 0:
-        raise AudioValueError(f"{fn}: fmin must be positive, got {fmin}")
+    fmin = _dsp.positive(fn, "fmin", fmin)
     ratios = 2.0 ** ((_dsp.number(fn, "tuning", tuning) + np.arange(bpo, dtype=np.float64)) / bpo)
     octaves = 2.0 ** np.arange(math.ceil(n_bins / bpo))
     return np.sort(np.multiply.outer(octaves, ratios).reshape(-1)[:n_bins]) * fmin

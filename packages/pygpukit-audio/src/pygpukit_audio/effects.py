@@ -106,9 +106,7 @@ def pitch_shift(
     steps of 1 / bins_per_octave octave, same length."""
     fn = "pitch_shift"
     y = signal(fn, y)
-    sr = _dsp.number(fn, "sr", sr)
-    if sr <= 0:
-        raise AudioValueError(f"{fn}: sr must be positive, got {sr}")
+    sr = _dsp.positive(fn, "sr", sr)
     n_steps = _dsp.number(fn, "n_steps", n_steps)
     bins_per_octave = _dsp.integer(fn, "bins_per_octave", bins_per_octave, 1)
     if res_type not in RES_TYPES:

@@ -66,9 +66,7 @@ def spectral_bandwidth(S: Any, sr: float = 22050, freq: Any = None, centroid: An
     """(sum_k S[k] |freq[k] - centroid|^p)^(1/p) per frame (S L1-normalized with ``norm``), (..., 1, frames)."""
     fn = "spectral_bandwidth"
     S, f = _spectrogram(fn, S, sr, freq)
-    p = _dsp.number(fn, "p", p)
-    if p <= 0:
-        raise AudioValueError(f"{fn}: p must be positive, got {p}")
+    p = _dsp.positive(fn, "p", p)
     if centroid is None:
         centroid = gp.sum(f * _normalized(S), axis=-2, keepdims=True)
     else:

@@ -82,14 +82,7 @@ def mel_frequencies(n_mels: int = 128, fmin: float = 0.0, fmax: float = 11025.0,
 
 def fft_frequencies(sr: float = 22050, n_fft: int = 2048) -> np.ndarray:
     """The 1 + n_fft // 2 bin frequencies of an rfft of n_fft points at rate sr."""
-    return np.fft.rfftfreq(n=_dsp.integer("fft_frequencies", "n_fft", n_fft, 1), d=1.0 / _positive("fft_frequencies", "sr", sr))
-
-
-def _positive(fn: str, name: str, v: Any) -> float:
-    v = _dsp.number(fn, name, v)
-    if v <= 0:
-        raise AudioValueError(f"{fn}: {name} must be positive, got {v}")
-    return v
+    return np.fft.rfftfreq(n=_dsp.integer("fft_frequencies", "n_fft", n_fft, 1), d=1.0 / _dsp.positive("fft_frequencies", "sr", sr))
 
 
 # -- filterbank ------------------------------------------------------------------------
@@ -107,7 +100,7 @@ def mel_filters(
 ) -> gp.GPUArray:
     """librosa.filters.mel: triangular filters (n_mels, 1 + n_fft // 2) on the mel scale."""
     fn = "mel_filters"
-    sr = _positive(fn, "sr", sr)
+    sr = _dsp.positive(fn, "sr", sr)
     n_fft = _dsp.integer(fn, "n_fft", n_fft, 1)
     n_mels = _dsp.integer(fn, "n_mels", n_mels, 1)
     fmin = _dsp.number(fn, "fmin", fmin)

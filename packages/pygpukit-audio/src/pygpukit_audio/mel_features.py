@@ -45,9 +45,7 @@ def power_spectrogram(
     power: float = 2.0,
 ) -> gp.GPUArray:
     """|stft(y)|^power, (..., 1 + n_fft // 2, frames) in y's dtype (a transposed view)."""
-    power = _dsp.number("power_spectrogram", "power", power)
-    if power <= 0:
-        raise AudioValueError(f"power_spectrogram: power must be positive, got {power}")
+    power = _dsp.positive("power_spectrogram", "power", power)
     D = stft(y, n_fft, hop_length, win_length, window, center, pad_mode)
     return _dsp.op("magnitude_power")(D.swapaxes(-1, -2), power).swapaxes(-1, -2)
 

@@ -146,9 +146,7 @@ def onset_detect(
 ) -> np.ndarray:
     """librosa.onset.onset_detect (sparse): onset positions in ``units`` ("frames", "samples", "time")."""
     fn = "onset_detect"
-    sr = _dsp.number(fn, "sr", sr)
-    if sr <= 0:
-        raise AudioValueError(f"{fn}: sr must be positive, got {sr}")
+    sr = _dsp.positive(fn, "sr", sr)
     hop_length = _dsp.integer(fn, "hop_length", hop_length, 1)
     if units not in ("frames", "samples", "time"):
         raise AudioValueError(f"{fn}: units must be 'frames', 'samples' or 'time', got {units!r}")

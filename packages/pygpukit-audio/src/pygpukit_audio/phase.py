@@ -95,9 +95,7 @@ def phase_vocoder(D: Any, rate: float, hop_length: int | None = None, n_fft: int
     """librosa.phase_vocoder: D (..., bins, frames) stretched in time by 1 / rate."""
     fn = "phase_vocoder"
     D = spectrogram(fn, D)
-    rate = _dsp.number(fn, "rate", rate)
-    if rate <= 0:
-        raise AudioValueError(f"{fn}: rate must be positive, got {rate}")
+    rate = _dsp.positive(fn, "rate", rate)
     bins, n = D.shape[-2:]
     n_fft = 2 * (bins - 1) if n_fft is None else _dsp.integer(fn, "n_fft", n_fft, 1)
     hop = n_fft // 4 if hop_length is None else _dsp.integer(fn, "hop_length", hop_length, 1)
