@@ -27,7 +27,7 @@ import pygpukit as gp
 
 from .config import ConfigError, ModelConfig, estimate
 from .safetensors import Checkpoint, SafetensorsError
-from .spec import ModelSpec, Sources, spec_for
+from .spec import SPECS, ModelSpec, Sources
 from .text import text_generator
 from .tokenizer import Tokenizer
 
@@ -320,7 +320,7 @@ def load(
         raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
     dt = np.dtype(DTYPES[name])
     cfg = ModelConfig.load(path)
-    spec = spec_for(cfg.model_type)
+    spec = SPECS[cfg.model_type]  # ModelConfig accepts only model types with a spec
     try:
         ckpt = Checkpoint(path)
     except SafetensorsError as exc:

@@ -21,4 +21,7 @@ def pygpukit_plugin_info() -> PluginInfo:
 def pygpukit_register_models(registry: Any) -> None:
     for name, spec in SPECS.items():
         kind = "mixture-of-experts" if spec.moe else "dense"
-        registry.register(name, load, description=f"{kind} decoder ({spec.norm} norm, {spec.activation})")
+        mlp = "gated MLP" if spec.gated else "MLP"
+        registry.register(
+            name, load, description=f"{kind} decoder ({spec.norm} norm, {mlp}, {'rotary' if spec.rotary else 'learned'} positions)"
+        )

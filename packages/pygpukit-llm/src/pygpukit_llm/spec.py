@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-__all__ = ["SPECS", "ModelSpec", "spec_for"]
+__all__ = ["SPECS", "ModelSpec"]
 
 Sources = tuple[tuple[str, ...], ...]  # alternatives, each a tuple of tensors to concatenate
 
@@ -27,9 +27,7 @@ def _one(*names: str) -> Sources:
 @dataclass(frozen=True)
 class ModelSpec:
     family: str
-    norm: str = "rms"  # "rms" or "layer"
-    norm_eps_key: str = "rms_norm_eps"
-    activation: str = "silu"
+    norm: str = "rms"  # "rms" or "layer" (epsilon and activation come from config.json)
     gated: bool = True  # gate and up projections (SwiGLU) or a plain up projection
     rotary: bool = True  # RoPE (NeoX layout) or learned absolute positions
     qk_norm: bool = False  # per-head RMSNorm of q and k before RoPE (Qwen3)
@@ -108,7 +106,7 @@ _GPT2 = {
 
 SPECS: dict[str, ModelSpec] = {
     "gpt2": ModelSpec(
-        "gpt2", norm="layer", norm_eps_key="layer_norm_epsilon", activation="gelu_tanh", gated=False, rotary=False,
+        "gpt2", norm="layer", gated=False, rotary=False,
         transposed=("qkv.weight", "o.weight", "up.weight", "down.weight"), prefixes=("", "transformer."), weights=_GPT2, ignored_suffixes=("attn.bias", "attn.masked_bias"),
     ),
     "llama": ModelSpec("llama", weights=_LLAMA),
@@ -118,13 +116,3 @@ SPECS: dict[str, ModelSpec] = {
     "phi3": ModelSpec("phi3", weights=_PHI3),
     "mixtral": ModelSpec("mixtral", moe=True, weights=_MIXTRAL),
 }  # fmt: skip
-
-
-def spec_for(model_type: str) -> ModelSpec:
-    """The spec of a config.json ``model_type`` (``ConfigError`` lists the supported ones)."""
-    from .config import ConfigError
-
-    spec = SPECS.get(model_type)
-    if spec is None:
-        raise ConfigError(f"model type {model_type!r} is not supported; supported model types: {', '.join(SPECS)}")
-    return spec
