@@ -32,7 +32,7 @@ def test_triton_suite_compares_backends(tmp_path, triton_plugin):
         assert records == []
         return
     by = {(r["bench"].split("_bf16")[0], r["impl"]) for r in records}
-    for op in ("rms_norm", "layer_norm", "add_rms_norm", "softmax", "swiglu", "geglu", "rope_neox", "matmul", "sdpa_causal_gqa"):
+    for op in ("rms_norm", "layer_norm", "add_rms_norm", "softmax", "swiglu", "geglu", "gelu", "rope_neox", "matmul", "sdpa_causal_gqa"):
         assert (op, "pygpukit") in by and (op, "pygpukit-triton") in by, op
     assert ("copy", "pygpukit") in by
     assert {r["impl"] for r in records if r["bench"] == "triton_tiny_launch_host"} >= {"pygpukit", "pygpukit-direct"}

@@ -75,6 +75,9 @@ def test_activations(rng, dtype):
         gg = gp.from_numpy(np.ascontiguousarray(g))
         assert rel_err(ops().gelu(gg, approx).to_numpy(), ref_gelu(g, approx)) < TOL[dt]
         assert rel_err(ops().gelu(gg, approx).to_numpy(), gp.nn.gelu(gg, approx).to_numpy()) < TOL[dt]
+        with gp.routing(gelu="triton"):
+            assert gp.ops.which("gelu", gg, approx) == "triton:triton"
+            assert rel_err(gp.nn.gelu(gg, approx).to_numpy(), ref_gelu(g, approx)) < TOL[dt]
 
 
 @pytest.mark.parametrize("layout", ["neox", "gptj"])

@@ -16,7 +16,7 @@ import pygpukit as gp
 from pygpukit.registry import REGISTRY
 from triton_testing import rel_err
 
-OPS = {"rms_norm", "layer_norm", "add_rms_norm", "add_layer_norm", "softmax", "swiglu", "geglu", "rope", "matmul", "linear", "sdpa"}
+OPS = {"rms_norm", "layer_norm", "add_rms_norm", "add_layer_norm", "softmax", "swiglu", "geglu", "gelu", "rope", "matmul", "linear", "sdpa"}
 
 
 def test_every_triton_implementation_is_listed_beside_the_native_ones(triton_plugin):

@@ -1,6 +1,7 @@
-"""Activations: gelu (exact or tanh), silu and relu are core's elementwise
-functions (one pass at the copy rate); this module adds squared ReLU, the
-gated forms ``act(gate) * up`` (SwiGLU, GeGLU) and softmax / log_softmax with
+"""Activations: silu and relu are core's elementwise functions (one pass at
+the copy rate); gelu (exact or tanh) is a registry op whose native
+implementation is core's elementwise gelu / gelu_tanh (so that it can be
+routed, e.g. to Triton); this module adds squared ReLU, the gated forms ``act(gate) * up`` (SwiGLU, GeGLU) and softmax / log_softmax with
 a mask.
 
 Gated forms take either one array whose last axis holds [gate, up] (the
@@ -40,9 +41,7 @@ UNROLL = 4  # kActUnroll of kernels/activations.cu
 
 def gelu(x: gp.GPUArray, approximate: str = "none") -> gp.GPUArray:
     """GELU, exact (``approximate="none"``) or the tanh form (``"tanh"``), as torch."""
-    if approximate not in _GELU:
-        raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
-    return gp.gelu(x) if approximate == "none" else gp.gelu_tanh(x)
+    return _dispatch.op("gelu")(x, approximate)
 
 
 def silu(x: gp.GPUArray) -> gp.GPUArray:
@@ -132,10 +131,16 @@ def _halves(op: str, x: Any, up: Any) -> tuple[gp.GPUArray, gp.GPUArray]:
     return x, up
 
 
-def _check_approximate(approximate: Any) -> str:
+def _check_approximate(approximate: Any, op: str = "geglu") -> str:
     if approximate not in _GELU:
-        raise ValueError(f"geglu: approximate must be 'none' or 'tanh', got {approximate!r}")
+        raise ValueError(f"{op}: approximate must be 'none' or 'tanh', got {approximate!r}")
     return _GELU[approximate]
+
+
+def elementwise_gelu(x: Any, approximate: str = "none") -> gp.GPUArray:
+    """gelu through core's elementwise ufuncs (a kernel on the GPU, NumPy on the CPU)."""
+    fn = gp.gelu if _check_approximate(approximate, "gelu") == "pgk::Gelu" else gp.gelu_tanh
+    return fn(x)
 
 
 def reference_swiglu(x: Any, up: Any = None) -> gp.GPUArray:
@@ -219,6 +224,9 @@ def _kernel_takes(x: Any, *rest: Any) -> bool:
 
 
 def register(registry: Any) -> None:
+    registry.define("gelu", nkey=1, doc=gelu.__doc__ or "")
+    for backend in ("cuda", "cpu"):
+        registry.register("gelu", elementwise_gelu, backend=backend, name="elementwise")
     for op, nkey, ref, kern in (
         ("relu_squared", 1, reference_relu_squared, kernel_relu_squared),
         ("swiglu", 1, reference_swiglu, kernel_swiglu),

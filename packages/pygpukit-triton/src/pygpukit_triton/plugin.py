@@ -32,6 +32,7 @@ OPS = (
     ("softmax", softmax_rows.softmax, FLOATS, softmax_rows.applies),
     ("swiglu", activations.swiglu, FLOATS, activations.applies),
     ("geglu", activations.geglu, FLOATS, activations.applies),
+    ("gelu", activations.gelu, FLOATS, activations.applies),
     ("rope", rotary.rope, FLOATS, rotary.applies),
     ("matmul", tiled_matmul.matmul, HALF, tiled_matmul.applies),
     ("linear", tiled_matmul.linear, HALF, tiled_matmul.applies),
@@ -50,7 +51,7 @@ def _triton_version() -> str:
 @hookimpl
 def pygpukit_plugin_info() -> PluginInfo:
     missing = f"; not registered (op not defined here): {', '.join(_skipped)}" if _skipped else ""
-    return PluginInfo("pygpukit-triton", __version__, f"Triton implementations of norms, softmax, activations, rope, matmul, linear, "
+    return PluginInfo("pygpukit-triton", __version__, f"Triton implementations of norms, softmax, activations (gelu, swiglu, geglu), rope, matmul, linear, "
                                                       f"attention ({_triton_version()}){missing}")  # fmt: skip
 
 

@@ -25,6 +25,7 @@ from .peers import gp_timer, torch_cuda, torch_timer
 
 IMPL = {"native": "pygpukit", "triton": "pygpukit-triton"}
 HQ, HKV, D = 32, 8, 128  # RoPE and attention heads (GQA 4:1), head_dim
+_ROWS = ("", "rms_norm", "layer_norm", "add_rms_norm", "softmax", "swiglu", "geglu", "gelu")  # cases on (s, s) rows
 
 
 def _cases(quick: bool) -> list[tuple[str, str, float, str]]:
@@ -41,6 +42,7 @@ def _cases(quick: bool) -> list[tuple[str, str, float, str]]:
         (f"softmax_{tag}", "softmax", 2 * n, "GB/s"),
         (f"swiglu_{tag}", "swiglu", 3 * n, "GB/s"),
         (f"geglu_{tag}", "geglu", 3 * n, "GB/s"),
+        (f"gelu_{tag}", "gelu", 2 * n, "GB/s"),
         (f"rope_neox_bf16_{t}x{HQ}+{HKV}x{D}", "rope", 4 * t * (HQ + HKV) * D, "GB/s"),
         (f"matmul_bf16_{m}^3", "matmul", 2.0 * m**3, "TFLOP/s"),
         (f"sdpa_causal_gqa_bf16_1x{HQ}x{sa}x{D}", "sdpa", 4.0 * HQ * sa * sa * D / 2, "TFLOP/s"),
@@ -58,7 +60,7 @@ def _gp_calls(quick: bool, rng: np.random.Generator) -> dict[str, Callable[[], o
     bf = lambda *shape: gp.from_numpy(np.asarray(rng.standard_normal(shape, dtype=np.float32)).astype(gp.bfloat16))
     calls: dict[str, Callable[[], object]] = {}
     for case, op, _, _ in _cases(quick):
-        if op in ("", "rms_norm", "layer_norm", "add_rms_norm", "softmax", "swiglu", "geglu"):
+        if op in _ROWS:
             s = _dims(case)[0]
             x, r, gu, w = bf(s, s), bf(s, s), bf(s, 2 * s), bf(s)
             ops: dict[str, Callable[[], object]] = {
@@ -69,6 +71,7 @@ def _gp_calls(quick: bool, rng: np.random.Generator) -> dict[str, Callable[[], o
                 "softmax": partial(gp.softmax, x),
                 "swiglu": partial(nn.swiglu, gu),
                 "geglu": partial(nn.geglu, gu),
+                "gelu": partial(nn.gelu, x),
             }
             calls[case] = ops[op]
         elif op == "rope":
@@ -88,12 +91,12 @@ def _gp_calls(quick: bool, rng: np.random.Generator) -> dict[str, Callable[[], o
 
 
 def _torch_calls(torch: Any, quick: bool, rng: np.random.Generator) -> dict[str, Callable[[], object]]:
-    """The same cases in torch (no fused RoPE op there: none)."""
+    """The same cases in torch (RoPE unfused, as transformers applies it: torch has no fused op)."""
     F = torch.nn.functional
     bf = lambda *shape: torch.from_numpy(rng.standard_normal(shape, dtype=np.float32)).cuda().to(torch.bfloat16)
     calls: dict[str, Callable[[], object]] = {}
     for case, op, _, _ in _cases(quick):
-        if op in ("", "rms_norm", "layer_norm", "add_rms_norm", "softmax", "swiglu", "geglu"):
+        if op in _ROWS:
             s = _dims(case)[0]
             x, r, gu, w, out = bf(s, s), bf(s, s), bf(s, 2 * s), bf(s), bf(s, s)
             g, u = gu.chunk(2, dim=-1)
@@ -105,8 +108,15 @@ def _torch_calls(torch: Any, quick: bool, rng: np.random.Generator) -> dict[str,
                 "softmax": partial(torch.softmax, x, -1),
                 "swiglu": partial(_gated, F.silu, g, u),
                 "geglu": partial(_gated, F.gelu, g, u),
+                "gelu": partial(F.gelu, x),
             }
             calls[case] = table[op]
+        elif op == "rope":
+            t = _dims(case)[0]
+            q, k = bf(t, HQ, D), bf(t, HKV, D)
+            angle = torch.outer(torch.arange(t, device="cuda", dtype=torch.float32), torch.rand(D // 2, device="cuda"))
+            cos, sin = angle.cos()[:, None, :], angle.sin()[:, None, :]
+            calls[case] = partial(_torch_rope, torch, q, k, cos, sin)
         elif op == "matmul":
             m = _dims(case)[0]
             calls[case] = partial(torch.matmul, bf(m, m), bf(m, m))
@@ -121,6 +131,13 @@ def _add_then(norm: Callable[..., Any], x: Any, r: Any, *args: Any) -> tuple[Any
     """torch's unfused residual add + norm: (norm(x + r), x + r)."""
     h = x + r
     return norm(h, *args), h
+
+
+def _torch_rope(torch: Any, q: Any, k: Any, cos: Any, sin: Any) -> None:
+    """RoPE (neox) in float32 as transformers computes it, written back into q and k."""
+    for x in (q, k):
+        a, b = x.float().chunk(2, dim=-1)
+        x.copy_(torch.cat((a * cos - b * sin, b * cos + a * sin), dim=-1))
 
 
 def _gated(act: Callable[..., Any], g: Any, u: Any) -> Any:
