@@ -49,6 +49,7 @@ python3 -m pygpukit doctor | tee "$OUT/doctor.txt"
 [ "${SKIP_WARM:-0}" = "1" ] || python3 scripts/warm-kernel-cache.py | tee "$OUT/warm-cache.log"
 cd /tmp  # test the installed wheel, not the source tree
 python3 -m pytest -c "$ROOT/pyproject.toml" --rootdir "$ROOT" -q -p no:cacheprovider "${TEST_PATHS[@]}" "$@" 2>&1 | tee "$OUT/pytest.log" | tail -n 40
+rc=${PIPESTATUS[0]}; echo "pytest exit code: $rc" | tee -a "$OUT/pytest.log"
 if compgen -G "$WHEELS/pygpukit_example_plugin-*.whl" > /dev/null; then
   python3 -m pip install --no-deps --no-index --target "$SITE" "$WHEELS"/pygpukit_example_plugin-*.whl >> "$OUT/install.log" 2>&1
   python3 -m pytest -c "$ROOT/pyproject.toml" --rootdir "$ROOT" -q -p no:cacheprovider "$ROOT/tests-integration/plugin" 2>&1 | tee "$OUT/pytest-plugin.log" | tail -n 15
