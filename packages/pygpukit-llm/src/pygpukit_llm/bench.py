@@ -8,7 +8,11 @@ first) measures, in one run:
 - decode: greedy generation of ``new`` tokens after a random ``prompt``-token
   prompt at each batch size, end to end (prefill, every step, the token ids
   read back each step): tokens per second over the batch;
-- prefill: one forward of ``prefill`` tokens into an empty cache: ms per token.
+- prefill: one forward of ``prefill`` tokens into an empty cache: ms per token;
+- with ``--breakdown``: the device time of each op of a decode step, each
+  timed alone at the step's shapes (``breakdown``), and the captured step's
+  kernel count: where a step's time goes, and how much of it is the gaps
+  between kernels (the replay time minus the ops' sum).
 
 The bandwidth limit of batch-1 decode is the weight bytes over the device's
 copy rate (each step reads every weight once); it is reported beside the
@@ -37,7 +41,7 @@ from .generate import GenerationConfig, generate_ids
 from .model import QUANTIZE, load
 from .safetensors import Checkpoint, save_file
 
-__all__ = ["SHAPES", "main", "measure", "random_checkpoint"]
+__all__ = ["SHAPES", "breakdown", "main", "measure", "random_checkpoint"]
 
 # config.json of the issue's reference shapes (Qwen2-0.5B and TinyLlama-1.1B), as transformers writes them
 SHAPES: dict[str, dict[str, Any]] = {
@@ -136,7 +140,7 @@ def _time(run: Callable[[], Any], reps: int) -> float:
 
 def measure(
     directory: str | os.PathLike[str], dtype: str = "bfloat16", batches: Sequence[int] = (1, 8), prompt: int = 16, new: int = 128,
-    prefill: int = 2048, reps: int = 3, cuda_graph: bool = True, quantize: str | None = None,
+    prefill: int = 2048, reps: int = 3, cuda_graph: bool = True, quantize: str | None = None, profile: bool = False,
 ) -> dict[str, Any]:  # fmt: skip
     """pygpukit's figures for one checkpoint (see the module doc)."""
     path = Path(directory)
@@ -161,7 +165,9 @@ def measure(
         secs = _time(steps, reps)
         out[f"decode_b{b}_tok_s"] = b * new / secs
     if cuda_graph and gp.backend() == "cuda":
-        out["decode_b1_replay_ms"] = _replay_ms(model, rng.integers(0, vocab, (1, prompt)).tolist(), cfg)
+        out["decode_b1_replay_ms"], out["decode_b1_graph_nodes"] = _replay_ms(model, rng.integers(0, vocab, (1, prompt)).tolist(), cfg)
+    if profile:
+        out["decode_breakdown_us"] = {f"b{b}": breakdown(model, b, prompt + new // 2) for b in batches}
     if prefill:
         ids = gp.from_numpy(rng.integers(0, vocab, (1, prefill)).astype(np.int32))
 
@@ -174,16 +180,17 @@ def measure(
     return out
 
 
-def _replay_ms(model: Any, prompts: list[list[int]], cfg: GenerationConfig, reps: int = 50) -> float | None:
+def _replay_ms(model: Any, prompts: list[list[int]], cfg: GenerationConfig, reps: int = 50) -> tuple[float | None, int | None]:
     """Device time of one replay of the captured decode step (the part of a
-    step that is not sampling and reading the token back): median over reps."""
+    step that is not sampling and reading the token back), median over reps,
+    and the graph's node count (its kernels and copies)."""
     from .generate import _Decoder
 
     dec = _Decoder(model, [np.asarray(p, np.int32) for p in prompts], cfg)
     dec.sample(dec.prefill())
     dec.decode(dec.last)
     if dec.graph is None:
-        return None
+        return None, None
     times = []
     for _ in range(reps):  # the cache is sized for max_new_tokens; each replay appends one token
         start, end = gp.Event(timing=True), gp.Event(timing=True)
@@ -195,7 +202,73 @@ def _replay_ms(model: Any, prompts: list[list[int]], cfg: GenerationConfig, reps
         times.append(start.elapsed_time(end))
         if dec.cache.max_length() + 1 >= dec.cache.max_seq:
             break
-    return statistics.median(times)
+    return statistics.median(times), dec.graph.num_nodes
+
+
+def breakdown(model: Any, batch: int = 1, context: int = 16, reps: int = 10) -> dict[str, float]:
+    """Device microseconds of each op of a decode step of ``batch`` rows over a
+    ``context``-token cache, each timed alone (back-to-back calls, median) at
+    the step's shapes: the first layer's ops (``layer.*``; every layer has the
+    same shapes), then ``final_norm``, ``lm_head`` and ``argmax``.
+    ``step_estimate`` = layers x the layer's sum + the rest: the step with no
+    gaps between its kernels."""
+    from pygpukit.benchmark.harness import median_time_ms
+    from pygpukit.benchmark.peers import gp_timer
+    from pygpukit_nn import decode
+
+    cfg, layer = model.config, model.layers[0]
+    attn, mlp = layer.attn, layer.mlp
+    hq, hk, d = attn.num_heads, attn.num_kv_heads, attn.head_dim
+    rng = np.random.default_rng(0)
+
+    def rand(*shape: int) -> gp.GPUArray:
+        return gp.from_numpy((rng.standard_normal(shape) * 0.1).astype(model.dtype))
+
+    x, residual = rand(batch, 1, cfg.hidden_size), rand(batch, 1, cfg.hidden_size)
+    h = layer.attn_norm.add(x, residual)[0]
+    qkv = attn.qkv(h)
+    q = qkv[..., : hq * d].reshape(batch, 1, hq, d)
+    k = qkv[..., hq * d : (hq + hk) * d].reshape(batch, 1, hk, d)
+    v = qkv[..., (hq + hk) * d :].reshape(batch, 1, hk, d)
+    positions = gp.from_numpy(np.full((batch, 1), context, np.int32))
+    filled = model.new_cache(batch, context + 1)  # the context, then the step's token
+    filled.append(rand(batch, context + 1, hk, d), rand(batch, context + 1, hk, d), 0)
+    room = min(4096, cfg.max_position_embeddings)
+    growing = model.new_cache(batch, room)  # emptied when full: one fill per `room` appends
+
+    def append() -> None:
+        if growing.max_length() == room:
+            growing.reset()
+        growing.append(k, v, 0)
+    out = decode.decode_attention(q, filled, 0, attn.scale, attn.window).reshape(batch, 1, hq * d)
+    ops: dict[str, Callable[[], Any]] = {
+        "layer.attn_norm": lambda: layer.attn_norm.add(x, residual),
+        "layer.qkv": lambda: attn.qkv(h),
+    }
+    if attn.q_norm is not None:
+        ops["layer.qk_norm"] = lambda: (attn.q_norm(q), attn.k_norm(k))
+    if attn.rope is not None:
+        ops["layer.rope"] = lambda: attn.rope(q, k, positions)
+    ops["layer.kv_append"] = append
+    ops["layer.attention"] = lambda: decode.decode_attention(q, filled, 0, attn.scale, attn.window)
+    ops["layer.o"] = lambda: attn.o(out)
+    ops["layer.mlp_norm"] = lambda: layer.mlp_norm.add(x, residual)
+    if model.spec.moe:
+        ops["layer.moe"] = lambda: mlp(h.reshape(batch, -1))
+    else:
+        up = mlp.up(h)
+        act = mlp._act(up)
+        ops["layer.up"] = lambda: mlp.up(h)
+        ops["layer.act"] = lambda: mlp._act(up)
+        ops["layer.down"] = lambda: mlp.down(act)
+    logits = model.logits(h)
+    ops["final_norm"] = lambda: model.final_norm(h)
+    ops["lm_head"] = lambda: model.logits(h)
+    ops["argmax"] = lambda: gp.argmax(logits, axis=-1)
+    result = {name: 1e3 * median_time_ms(run, gp_timer(), 2, reps, min_ms=0.5) for name, run in ops.items()}
+    per_layer = sum(t for name, t in result.items() if name.startswith("layer."))
+    result["step_estimate"] = cfg.num_layers * per_layer + sum(t for name, t in result.items() if not name.startswith("layer."))
+    return result
 
 
 def measure_transformers(
@@ -272,6 +345,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-graph", action="store_true", help="decode eagerly instead of replaying a CUDA graph")
     p.add_argument("--no-transformers", action="store_true", help="skip the transformers comparison")
     p.add_argument("--compile", action="store_true", help="also run transformers with a static cache and torch.compile")
+    p.add_argument("--breakdown", action="store_true", help="also time each op of a decode step alone at the step's shapes")
     p.add_argument("--json", help="write the figures here")
     args = p.parse_args(argv)
     try:
@@ -285,7 +359,8 @@ def main(argv: list[str] | None = None) -> int:
                                   "batches": batches, "prompt": args.prompt, "new": args.new, "prefill": args.prefill}  # fmt: skip
         result["quantize"] = args.quantize
         result["pygpukit"] = measure(
-            directory, args.dtype, batches, args.prompt, args.new, args.prefill, args.reps, not args.no_graph, args.quantize
+            directory, args.dtype, batches, args.prompt, args.new, args.prefill, args.reps, not args.no_graph, args.quantize,
+            args.breakdown,
         )
         rate = copy_rate_gbs()
         if rate:

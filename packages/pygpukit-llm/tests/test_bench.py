@@ -1,0 +1,62 @@
+"""``pygpukit bench-llm``: the figures it writes, the per-op breakdown of a
+decode step, and its argument errors (on the CPU backend the times are the
+NumPy backend's, but every field is measured the same way)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import pygpukit as gp
+import pygpukit_llm
+from pygpukit_llm import bench
+
+
+def test_bench_llm_writes_every_figure(tmp_path):
+    out = tmp_path / "r.json"
+    argv = ["--shape", "tiny-llama", "--batch", "1,2", "--prompt", "4", "--new", "3", "--prefill", "8", "--reps", "1",
+            "--no-transformers", "--breakdown", "--json", str(out)]  # fmt: skip
+    assert bench.main(argv) == 0
+    r = json.loads(out.read_text())
+    assert r["model"] == "tiny-llama" and r["batches"] == [1, 2] and r["quantize"] is None
+    p = r["pygpukit"]
+    assert p["decode_b1_tok_s"] > 0 and p["decode_b2_tok_s"] > 0 and p["prefill_ms_per_token"] > 0 and p["load_s"] > 0
+    cfg = bench.SHAPES["tiny-llama"]
+    # vocab 512, hidden 128, intermediate 256, 2 layers, head_dim 64, 1 kv head; bfloat16
+    layer = 2 * 128 + 128 * 128 + 2 * 64 * 128 + 128 * 128 + 3 * 256 * 128
+    assert p["weight_bytes"] == 2 * (2 * 512 * 128 + 128 + 2 * layer)
+    for b in ("b1", "b2"):
+        times = p["decode_breakdown_us"][b]
+        ops = {"layer.attn_norm", "layer.qkv", "layer.rope", "layer.kv_append", "layer.attention", "layer.o", "layer.mlp_norm",
+               "layer.up", "layer.act", "layer.down", "final_norm", "lm_head", "argmax"}  # fmt: skip
+        assert set(times) == ops | {"step_estimate"}
+        assert all(times[o] > 0 for o in ops)
+        layer = sum(t for o, t in times.items() if o.startswith("layer."))
+        rest = times["final_norm"] + times["lm_head"] + times["argmax"]
+        assert times["step_estimate"] == pytest.approx(cfg["num_hidden_layers"] * layer + rest)
+    if gp.backend() == "cuda":
+        assert p["decode_b1_replay_ms"] > 0 and p["decode_b1_graph_nodes"] >= cfg["num_hidden_layers"] * 8
+
+
+def test_breakdown_times_a_qk_norm_model(tmp_path):
+    from llm_testing import write_tiny_model
+
+    write_tiny_model(tmp_path / "q3", "qwen3", head_dim=64)  # a head_dim the KV cache takes
+    model = pygpukit_llm.load(tmp_path / "q3", "float32")
+    times = bench.breakdown(model, batch=2, context=5, reps=1)
+    assert "layer.qk_norm" in times and times["layer.qk_norm"] > 0
+
+
+def test_bench_llm_refuses_bad_arguments(capsys):
+    with pytest.raises(SystemExit) as exc:
+        bench.main(["--shape", "tiny-llama", "--batch", "1,x"])
+    assert exc.value.code == 2 and "--batch must be comma-separated ints" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="shape must be one of"):
+        bench.random_checkpoint("/nonexistent", "gpt-5")
+
+
+def test_measure_transformers_without_torch_or_gpu_is_none(tmp_path):
+    if gp.backend() == "cuda":
+        pytest.skip("the GPU machine has torch and transformers: bench-llm runs them there")
+    assert bench.measure_transformers(bench.random_checkpoint(tmp_path / "m", "tiny-llama")) is None
