@@ -240,6 +240,7 @@ def breakdown(model: Any, batch: int = 1, context: int = 16, reps: int = 10) -> 
         if growing.max_length() == room:
             growing.reset()
         growing.append(k, v, 0)
+
     out = decode.decode_attention(q, filled, 0, attn.scale, attn.window).reshape(batch, 1, hq * d)
     ops: dict[str, Callable[[], Any]] = {
         "layer.attn_norm": lambda: layer.attn_norm.add(x, residual),
@@ -359,8 +360,7 @@ def main(argv: list[str] | None = None) -> int:
                                   "batches": batches, "prompt": args.prompt, "new": args.new, "prefill": args.prefill}  # fmt: skip
         result["quantize"] = args.quantize
         result["pygpukit"] = measure(
-            directory, args.dtype, batches, args.prompt, args.new, args.prefill, args.reps, not args.no_graph, args.quantize,
-            args.breakdown,
+            directory, args.dtype, batches, args.prompt, args.new, args.prefill, args.reps, not args.no_graph, args.quantize, args.breakdown
         )
         rate = copy_rate_gbs()
         if rate:
