@@ -18,7 +18,6 @@ from __future__ import annotations
 import ctypes
 import itertools
 import math
-import os
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -26,6 +25,7 @@ from typing import Any
 import numpy as np
 
 import pygpukit as gp
+from pygpukit import _nvlibs
 from pygpukit._native import launch_gate_enter as _gate_enter
 from pygpukit._native import launch_gate_exit as _gate_exit
 from pygpukit.scheduler import sm_budget
@@ -71,18 +71,7 @@ class _HeuristicResult(ctypes.Structure):
 
 def candidates() -> list[str]:
     """Paths and sonames to try, in order."""
-    out = []
-    env = os.environ.get("PYGPUKIT_CUBLASLT_PATH")
-    if env:
-        out.append(env)
-    try:
-        import nvidia  # namespace package of the NVIDIA wheels
-
-        for root in getattr(nvidia, "__path__", []):
-            out += [os.path.join(root, *parts) for parts in _WHEEL_LIBS if os.path.exists(os.path.join(root, *parts))]
-    except ImportError:
-        pass
-    return out + list(_SYSTEM_SONAMES)
+    return [c for c, _ in _nvlibs.candidates("PYGPUKIT_CUBLASLT_PATH", _WHEEL_LIBS, _SYSTEM_SONAMES)]
 
 
 @dataclass(frozen=True)

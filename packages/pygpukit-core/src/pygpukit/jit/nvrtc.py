@@ -11,6 +11,7 @@ import os
 import threading
 from dataclasses import dataclass
 
+from .. import _nvlibs
 from .._errors import NVRTCError
 
 _WHEEL_LIBS = (("cu13", "lib", "libnvrtc.so.13"), ("cuda_nvrtc", "lib", "libnvrtc.so.12"))
@@ -27,27 +28,11 @@ class NVRTCInfo:
 
 def wheel_candidates() -> list[str]:
     """Paths of libnvrtc inside installed nvidia-cuda-nvrtc wheels."""
-    try:
-        import nvidia  # namespace package of the NVIDIA wheels
-    except ImportError:
-        return []
-    found = []
-    for root in getattr(nvidia, "__path__", []):
-        for parts in _WHEEL_LIBS:
-            path = os.path.join(root, *parts)
-            if os.path.exists(path):
-                found.append(path)
-    return found
+    return _nvlibs.wheel_paths(_WHEEL_LIBS)
 
 
 def candidates() -> list[tuple[str, str]]:
-    out: list[tuple[str, str]] = []
-    env = os.environ.get("PYGPUKIT_NVRTC_PATH")
-    if env:
-        out.append((env, "env"))
-    out += [(p, "wheel") for p in wheel_candidates()]
-    out += [(s, "system") for s in _SYSTEM_SONAMES]
-    return out
+    return _nvlibs.candidates("PYGPUKIT_NVRTC_PATH", _WHEEL_LIBS, _SYSTEM_SONAMES)
 
 
 _lock = threading.Lock()
