@@ -111,6 +111,10 @@ def test_attention_layer_prefill_and_cached_decode(rng, dtype):
     tol = 1e-4 if dtype == np.float32 else 5e-2  # bf16: q, k, v, scores, probabilities and the output each rounded
     pos = np.arange(s)
     assert rel_err(attn(g(x), pos).to_numpy(), ref) < tol
+    qkv = attn.qkv(g(x)).to_numpy()
+    q, k, v = (a.to_numpy() for a in attn.split_qkv(attn.qkv(g(x))))
+    assert q.shape == (2, s, hq, d) and k.shape == v.shape == (2, s, hk, d)
+    np.testing.assert_array_equal(np.concatenate([a.reshape(2, s, -1) for a in (q, k, v)], axis=-1), qkv)
     # a cache: 12 tokens through the prefill kernel over the gathered cache, then one decode step
     cache = KVCache(2, 32, hk, d, gp.float32 if dtype == np.float32 else gp.bfloat16)
     first = attn(g(x[:, :12]), pos[:12], cache)

@@ -140,7 +140,7 @@ def _time(run: Callable[[], Any], reps: int) -> float:
 
 def measure(
     directory: str | os.PathLike[str], dtype: str = "bfloat16", batches: Sequence[int] = (1, 8), prompt: int = 16, new: int = 128,
-    prefill: int = 2048, reps: int = 3, cuda_graph: bool = True, quantize: str | None = None, profile: bool = False,
+    prefill: int = 2048, reps: int = 3, cuda_graph: bool = True, quantize: str | None = None, per_op: bool = False,
 ) -> dict[str, Any]:  # fmt: skip
     """pygpukit's figures for one checkpoint (see the module doc)."""
     path = Path(directory)
@@ -166,7 +166,7 @@ def measure(
         out[f"decode_b{b}_tok_s"] = b * new / secs
     if cuda_graph and gp.backend() == "cuda":
         out["decode_b1_replay_ms"], out["decode_b1_graph_nodes"] = _replay_ms(model, rng.integers(0, vocab, (1, prompt)).tolist(), cfg)
-    if profile:
+    if per_op:
         out["decode_breakdown_us"] = {f"b{b}": breakdown(model, b, prompt + new // 2) for b in batches}
     if prefill:
         ids = gp.from_numpy(rng.integers(0, vocab, (1, prefill)).astype(np.int32))
@@ -226,10 +226,7 @@ def breakdown(model: Any, batch: int = 1, context: int = 16, reps: int = 10) -> 
 
     x, residual = rand(batch, 1, cfg.hidden_size), rand(batch, 1, cfg.hidden_size)
     h = layer.attn_norm.add(x, residual)[0]
-    qkv = attn.qkv(h)
-    q = qkv[..., : hq * d].reshape(batch, 1, hq, d)
-    k = qkv[..., hq * d : (hq + hk) * d].reshape(batch, 1, hk, d)
-    v = qkv[..., (hq + hk) * d :].reshape(batch, 1, hk, d)
+    q, k, v = attn.split_qkv(attn.qkv(h))
     positions = gp.from_numpy(np.full((batch, 1), context, np.int32))
     filled = model.new_cache(batch, context + 1)  # the context, then the step's token
     filled.append(rand(batch, context + 1, hk, d), rand(batch, context + 1, hk, d), 0)

@@ -1,8 +1,8 @@
 """Activations: silu and relu are core's elementwise functions (one pass at
 the copy rate); gelu (exact or tanh) is a registry op whose native
 implementation is core's elementwise gelu / gelu_tanh (so that it can be
-routed, e.g. to Triton); this module adds squared ReLU, the gated forms ``act(gate) * up`` (SwiGLU, GeGLU) and softmax / log_softmax with
-a mask.
+routed, e.g. to Triton); this module adds squared ReLU, the gated forms
+``act(gate) * up`` (SwiGLU, GeGLU) and softmax / log_softmax with a mask.
 
 Gated forms take either one array whose last axis holds [gate, up] (the
 fused gate_up projection of Llama/Qwen-style MLPs: first half gate, second

@@ -188,15 +188,21 @@ class Attention:
         bias = None if biases[0] is None else gp.concatenate(biases, axis=0)
         return cls(Linear(gp.concatenate([q.weight, k.weight, v.weight], axis=0), bias), o, num_heads, num_kv_heads, head_dim, **kw)
 
+    def split_qkv(self, qkv: gp.GPUArray) -> tuple[gp.GPUArray, gp.GPUArray, gp.GPUArray]:
+        """Views q (b, s, Hq, D), k and v (b, s, Hk, D) of the fused projection's output (b, s, (Hq + 2 Hk) D)."""
+        b, s, _ = qkv.shape
+        hq, hk, d = self.num_heads, self.num_kv_heads, self.head_dim
+        q = qkv[..., : hq * d].reshape(b, s, hq, d)
+        k = qkv[..., hq * d : (hq + hk) * d].reshape(b, s, hk, d)
+        v = qkv[..., (hq + hk) * d :].reshape(b, s, hk, d)
+        return q, k, v
+
     def __call__(
         self, x: gp.GPUArray, positions: Any, cache: KVCache | PagedKVCache | None = None, layer: int = 0, counts: Any = None
     ) -> gp.GPUArray:
         b, s, _ = _array("Attention: x", x, 3).shape
-        hq, hk, d = self.num_heads, self.num_kv_heads, self.head_dim
-        qkv = self.qkv(x)
-        q = qkv[..., : hq * d].reshape(b, s, hq, d)
-        k = qkv[..., hq * d : (hq + hk) * d].reshape(b, s, hk, d)
-        v = qkv[..., (hq + hk) * d :].reshape(b, s, hk, d)
+        hq, d = self.num_heads, self.head_dim
+        q, k, v = self.split_qkv(self.qkv(x))
         if self.q_norm is not None:
             q = self.q_norm(q)
         if self.k_norm is not None:

@@ -46,8 +46,9 @@ def geglu(x: Any, up: Any = None, approximate: str = "none") -> gp.GPUArray:
 
 def gelu(x: Any, approximate: str = "none") -> gp.GPUArray:
     """GELU of x, exact (``approximate="none"``) or the tanh form (``"tanh"``), as torch."""
-    if approximate not in _GELU:
-        raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+    from pygpukit_nn.activations import _check_approximate
+
+    _check_approximate(approximate, "gelu")
     if not isinstance(x, gp.GPUArray):
         raise TypeError(f"gelu: x must be a GPUArray, got {type(x).__name__}")
     if x.dtype not in FLOATS:
