@@ -15,7 +15,7 @@ from . import __version__
 # Imported by name: the package exports functions named like some of them (stft).
 MODULES = tuple(
     importlib.import_module(f"{__package__}.{name}")
-    for name in ("fft", "stft", "filters", "resampling", "mel", "decompose", "pitch", "mel_features")
+    for name in ("fft", "cufft", "stft", "filters", "resampling", "mel", "decompose", "pitch", "mel_features")
 )
 
 
