@@ -178,7 +178,7 @@ def test_routed_to_cufft_on_the_gpu(rng, kind):
     import pygpukit_audio as audio
 
     x = rng.standard_normal((6, 1000)) + (1j * rng.standard_normal((6, 1000)) if kind in ("ifft", "irfft", "fft") else 0)
-    for dt in (np.float32, np.complex64) if kind == "rfft" else (np.complex64, np.complex128):
+    for dt in (np.float32, np.float64) if kind == "rfft" else (np.complex64, np.complex128):
         xa = x.astype(dt)
         with gp.routing(**{kind: "audio:cufft"}):
             assert gp.ops.which(kind, gp.from_numpy(xa)) == "audio:cufft"
