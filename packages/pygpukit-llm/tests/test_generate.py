@@ -68,6 +68,35 @@ def test_stop_ids_end_rows(model):
     assert tokens.shape[1] == first + 1 and tokens[0, -1] == stop and active[0].all()
 
 
+def test_the_next_step_is_queued_before_a_token_is_read(model, monkeypatch):
+    """Pipelining: decode t + 1 is queued before step t's tokens are fetched
+    (not for the last step, nor with penalties, which need the token first),
+    and a stop drops the step queued ahead without yielding it."""
+    from pygpukit_llm.generate import _Decoder
+
+    calls = []
+
+    def spy(name):
+        real = getattr(_Decoder, name)
+
+        def call(self, *args, **kwargs):
+            calls.append(name)
+            return real(self, *args, **kwargs)
+
+        return call
+
+    for name in ("decode", "fetch"):
+        monkeypatch.setattr(_Decoder, name, spy(name))
+    tokens, _ = _run(model, PROMPTS[:1], max_new_tokens=4, greedy=True)
+    assert calls == ["decode", "fetch"] * 3 + ["fetch"]
+    calls.clear()
+    _run(model, PROMPTS[:1], max_new_tokens=4, greedy=True, repetition_penalty=1.5)
+    assert calls == ["fetch", "decode"] * 3 + ["fetch"]
+    calls.clear()
+    stopped, _ = _run(model, PROMPTS[:1], max_new_tokens=4, greedy=True, stop_ids=(int(tokens[0, 1]),))
+    assert stopped.tolist() == tokens[:, :2].tolist() and calls == ["decode", "fetch"] * 2
+
+
 def test_repetition_penalty_forbids_repeats(model):
     tokens, _ = _run(model, PROMPTS[:1], max_new_tokens=30, greedy=True, repetition_penalty=1e9)
     plain, _ = _run(model, PROMPTS[:1], max_new_tokens=30, greedy=True)
@@ -100,13 +129,15 @@ def test_graph_decode_gives_the_eager_tokens_and_allocates_nothing(tmp_path):
     runs = {}
     for graph in (False, True):
         dec = _Decoder(model, prompts, GenerationConfig(max_new_tokens=24, greedy=True, cuda_graph=graph))
-        tokens = [dec.sample(dec.prefill())]
+        tok = dec.sample(dec.prefill())
+        tokens = [dec.fetch(tok)]
         allocs = []
         for _ in range(20):
             before = gp.memory.stats()["num_alloc_calls"]
-            logits = dec.decode(dec.last)
+            logits = dec.decode(tok)
             allocs.append(gp.memory.stats()["num_alloc_calls"] - before)
-            tokens.append(dec.sample(logits))
+            tok = dec.sample(logits)
+            tokens.append(dec.fetch(tok))
         assert (dec.graph is not None) == graph
         runs[graph] = (np.stack(tokens, 1), allocs)
     assert (runs[True][0] == runs[False][0]).all()

@@ -187,8 +187,7 @@ def _replay_ms(model: Any, prompts: list[list[int]], cfg: GenerationConfig, reps
     from .generate import _Decoder
 
     dec = _Decoder(model, [np.asarray(p, np.int32) for p in prompts], cfg)
-    dec.sample(dec.prefill())
-    dec.decode(dec.last)
+    dec.decode(dec.sample(dec.prefill()))
     if dec.graph is None:
         return None, None
     times = []

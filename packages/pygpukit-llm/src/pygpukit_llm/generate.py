@@ -136,6 +136,7 @@ class _Decoder:
         self.graph: Any = None
         self.vocab_limit: int | None = None
         self.logits: gp.GPUArray | None = None
+        self.ready, self.side = gp.Event(), gp.Stream()  # generate_ids' pipelined reads
 
     def prefill(self) -> gp.GPUArray:
         b, t = self.padded.shape
@@ -169,7 +170,8 @@ class _Decoder:
     def _step(self) -> gp.GPUArray:
         return self.model(self.ids, self.positions, self.cache, check_ids=False).reshape(self.batch, -1)
 
-    def sample(self, logits: gp.GPUArray) -> np.ndarray:
+    def sample(self, logits: gp.GPUArray) -> gp.GPUArray:
+        """This step's tokens (batch,) on the device, queued behind ``logits``."""
         from pygpukit_nn import sampling
 
         cfg = self.cfg
@@ -184,11 +186,21 @@ class _Decoder:
         tok = sampling.sample(
             logits, temperature=cfg.temperature, top_k=cfg.top_k, top_p=cfg.top_p, min_p=cfg.min_p, greedy=greedy, generator=self.generator
         )
-        out = tok.to_numpy().astype(np.int64)
-        if self.history is not None:
-            self.history[np.arange(self.batch), self.lengths + self.step] = out
         self.step += 1
-        self.last = tok
+        return tok
+
+    def fetch(self, tok: gp.GPUArray, queued_after: bool = False) -> np.ndarray:
+        """The tokens ``tok`` of the latest sample on the host. ``queued_after``:
+        more work was queued since ``self.ready`` was recorded behind them, so
+        wait for the event and read on the side stream, not behind that work."""
+        if queued_after:
+            self.ready.synchronize()
+            with self.side:
+                out = tok.to_numpy().astype(np.int64)
+        else:
+            out = tok.to_numpy().astype(np.int64)
+        if self.history is not None:  # (penalized runs are not pipelined: tok is the latest sample)
+            self.history[np.arange(self.batch), self.lengths + self.step - 1] = out
         return out
 
 
@@ -206,13 +218,25 @@ def generate_ids(
     dec.vocab_limit = vocab_limit
     stops = np.array(sorted(set(stop_ids) | set(cfg.stop_ids)), np.int64)
     active = np.ones(dec.batch, bool)
-    logits = dec.prefill()
+    # Pipelined unless penalties need each token on the host before the next
+    # sampling: step t + 1 is queued before step t's tokens are read back, so
+    # the host's work per token (the read, the stop checks, whatever the caller
+    # does with the yield) overlaps the GPU's next step instead of idling it.
+    # When generation stops, the step queued ahead is dropped unread.
+    pipelined = dec.history is None
+    tok = dec.sample(dec.prefill())
     for step in range(cfg.max_new_tokens):
-        tokens = dec.sample(logits)
+        last = step + 1 == cfg.max_new_tokens
+        if pipelined and not last:
+            dec.ready.record()
+            ahead = dec.sample(dec.decode(tok))
+            tokens = dec.fetch(tok, queued_after=True)
+        else:
+            tokens = dec.fetch(tok)
         yield StepTokens(tokens, active.copy())
         active &= ~np.isin(tokens, stops)
         if finished is not None:
             active &= ~finished
-        if not active.any() or step + 1 == cfg.max_new_tokens:
+        if not active.any() or last:
             return
-        logits = dec.decode(dec.last)
+        tok = ahead if pipelined else dec.sample(dec.decode(tok))
