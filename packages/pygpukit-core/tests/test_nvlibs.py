@@ -5,6 +5,8 @@ that exist, then the system loader's sonames."""
 import sys
 import types
 
+import pytest
+
 from pygpukit import _nvlibs
 from pygpukit.jit import nvrtc
 
@@ -37,3 +39,13 @@ def test_without_nvidia_wheels_only_the_system_is_searched(monkeypatch):
     monkeypatch.delenv("PYGPUKIT_NVRTC_PATH", raising=False)
     assert _nvlibs.wheel_paths((("cu13", "lib", "libnvrtc.so.13"),)) == []
     assert nvrtc.candidates() == [(s, "system") for s in ("libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so")]
+
+
+def test_load_first_takes_the_first_that_loads_and_lists_every_failure():
+    import ctypes.util
+
+    libc = ctypes.util.find_library("c") or "libc.so.6"
+    dll, name = _nvlibs.load_first(["/nonexistent/libfoo.so", libc, "/nonexistent/libbar.so"])
+    assert name == libc and dll.strlen(b"abc") == 3
+    with pytest.raises(OSError, match=r"^tried /nonexistent/a\.so: .*; /nonexistent/b\.so: "):
+        _nvlibs.load_first(["/nonexistent/a.so", "/nonexistent/b.so"])

@@ -70,16 +70,10 @@ class _Lib:
     """The loaded library, its functions typed."""
 
     def __init__(self) -> None:
-        errors = []
-        for cand in candidates():
-            try:
-                self.dll = ctypes.CDLL(cand)
-                self.path = cand
-                break
-            except OSError as e:
-                errors.append(f"{cand}: {e}")
-        else:
-            raise CufftError("cuFFT could not be loaded (pip install nvidia-cufft); tried " + "; ".join(errors))
+        try:
+            self.dll, self.path = _nvlibs.load_first(candidates())
+        except OSError as e:
+            raise CufftError(f"cuFFT could not be loaded (pip install nvidia-cufft); {e}") from None
         d, vp, i32, i64 = self.dll, ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong
         p64 = ctypes.POINTER(i64)
         signatures: dict[str, list[Any]] = {

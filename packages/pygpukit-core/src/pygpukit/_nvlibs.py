@@ -6,6 +6,7 @@ file, then the ``nvidia-*`` wheels (the ``nvidia`` namespace package: CUDA
 
 from __future__ import annotations
 
+import ctypes
 import os
 from collections.abc import Sequence
 
@@ -34,3 +35,15 @@ def candidates(env_var: str, wheel_libs: Sequence[tuple[str, ...]], sonames: Seq
     out += [(p, "wheel") for p in wheel_paths(wheel_libs)]
     out += [(s, "system") for s in sonames]
     return out
+
+
+def load_first(names: Sequence[str]) -> tuple[ctypes.CDLL, str]:
+    """The first of ``names`` (paths or sonames) that loads, and its name; an
+    OSError saying "tried" and every failure when none does."""
+    errors = []
+    for name in names:
+        try:
+            return ctypes.CDLL(name), name
+        except OSError as e:
+            errors.append(f"{name}: {e}")
+    raise OSError("tried " + "; ".join(errors))

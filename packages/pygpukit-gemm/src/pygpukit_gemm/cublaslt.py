@@ -120,16 +120,10 @@ class _Lib:
     """The loaded library and its handle."""
 
     def __init__(self) -> None:
-        errors = []
-        for cand in candidates():
-            try:
-                self.dll = ctypes.CDLL(cand)
-                self.path = cand
-                break
-            except OSError as e:
-                errors.append(f"{cand}: {e}")
-        else:
-            raise CublasLtError("cuBLASLt could not be loaded (pip install nvidia-cublas); tried " + "; ".join(errors))
+        try:
+            self.dll, self.path = _nvlibs.load_first(candidates())
+        except OSError as e:
+            raise CublasLtError(f"cuBLASLt could not be loaded (pip install nvidia-cublas); {e}") from None
         d = self.dll
         vp, sz, i32, u64, i64 = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_uint64, ctypes.c_int64
         d.cublasLtGetVersion.restype = sz
