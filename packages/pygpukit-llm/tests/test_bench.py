@@ -22,6 +22,7 @@ def test_bench_llm_writes_every_figure(tmp_path):
     assert r["model"] == "tiny-llama" and r["batches"] == [1, 2] and r["quantize"] is None
     p = r["pygpukit"]
     assert p["decode_b1_tok_s"] > 0 and p["decode_b2_tok_s"] > 0 and p["prefill_ms_per_token"] > 0 and p["load_s"] > 0
+    assert p["decode_b1_steady_tok_s"] > 0 and p["decode_b2_steady_tok_s"] > 0
     cfg = bench.SHAPES["tiny-llama"]
     # vocab 512, hidden 128, intermediate 256, 2 layers, head_dim 64, 1 kv head; bfloat16
     layer = 2 * 128 + 128 * 128 + 2 * 64 * 128 + 128 * 128 + 3 * 256 * 128
@@ -37,6 +38,26 @@ def test_bench_llm_writes_every_figure(tmp_path):
         assert times["step_estimate"] == pytest.approx(cfg["num_hidden_layers"] * layer + rest)
     if gp.backend() == "cuda":
         assert p["decode_b1_replay_ms"] > 0 and p["decode_b1_graph_nodes"] >= cfg["num_hidden_layers"] * 8
+
+
+def test_decode_rates_end_to_end_and_steady(monkeypatch):
+    """On a clock that a fake generation advances: 5 s of prefill and setup,
+    then 1 s per token; 4 tokens for 2 prompts."""
+    import types
+
+    clock = types.SimpleNamespace(t=0.0)
+
+    def fake_generate(model, prompts, cfg):
+        clock.t += 5.0
+        for _ in range(cfg.max_new_tokens):
+            clock.t += 1.0
+            yield None
+
+    monkeypatch.setattr(bench, "generate_ids", fake_generate)
+    monkeypatch.setattr(bench, "time", types.SimpleNamespace(perf_counter=lambda: clock.t))
+    cfg = bench.GenerationConfig(max_new_tokens=4)
+    assert bench.decode_rates(None, [[1], [2]], cfg, reps=3) == (2 * 4 / 9, 2 * 3 / 3)
+    assert bench.decode_rates(None, [[1]], cfg.with_(max_new_tokens=1), reps=1) == (1 / 6, None)
 
 
 def test_breakdown_times_a_qk_norm_model(tmp_path):

@@ -7,7 +7,10 @@ first) measures, in one run:
 - load: ``load(DIR)`` from the page cache (the files are read once before);
 - decode: greedy generation of ``new`` tokens after a random ``prompt``-token
   prompt at each batch size, end to end (prefill, every step, the token ids
-  read back each step): tokens per second over the batch;
+  read back each step): tokens per second over the batch; and the steady
+  decode rate (``decode_b*_steady_tok_s``): the ``new - 1`` tokens after the
+  first over the time from the first token on the host to the last, which
+  leaves out the prefill and the per-call setup (the time per output token);
 - prefill: one forward of ``prefill`` tokens into an empty cache: ms per token;
 - with ``--breakdown``: the device time of each op of a decode step, each
   timed alone at the step's shapes (``breakdown``), and the captured step's
@@ -127,15 +130,35 @@ def _read_files(directory: Path) -> None:
                 pass
 
 
-def _time(run: Callable[[], Any], reps: int) -> float:
-    times = []
+def _timed(run: Callable[[], Any], reps: int, sync: Callable[[], None] = gp.synchronize) -> tuple[float, list[Any]]:
+    """The median seconds of ``run()`` over ``reps`` calls (``sync`` around each), and what each call returned."""
+    times, results = [], []
     for _ in range(reps):
-        gp.synchronize()
+        sync()
         t0 = time.perf_counter()
-        run()
-        gp.synchronize()
+        results.append(run())
+        sync()
         times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+    return statistics.median(times), results
+
+
+def decode_rates(model: Any, prompts: list[list[int]], cfg: GenerationConfig, reps: int) -> tuple[float, float | None]:
+    """(tokens/s end to end, the steady rate) of ``generate_ids`` over ``reps``
+    runs (medians); the steady rate counts the tokens after the first over the
+    time from the first on the host to the last (None for a single token)."""
+
+    def run() -> tuple[int, float]:
+        n, first = 0, 0.0
+        for _ in generate_ids(model, prompts, cfg):
+            n += 1
+            if n == 1:
+                first = time.perf_counter()
+        return n, time.perf_counter() - first
+
+    total, runs = _timed(run, reps)
+    n = runs[0][0]
+    steady = statistics.median(t for _, t in runs)
+    return len(prompts) * n / total, (len(prompts) * (n - 1) / steady if n > 1 and steady > 0 else None)
 
 
 def measure(
@@ -158,12 +181,10 @@ def measure(
     for b in batches:
         prompts = rng.integers(0, vocab, (b, prompt)).tolist()
 
-        def steps(prompts: list[list[int]] = prompts) -> int:
-            return sum(1 for _ in generate_ids(model, prompts, cfg))
-
-        steps()  # compiles the kernels, plans the launches
-        secs = _time(steps, reps)
-        out[f"decode_b{b}_tok_s"] = b * new / secs
+        decode_rates(model, prompts, cfg, 1)  # compiles the kernels, plans the launches
+        out[f"decode_b{b}_tok_s"], steady = decode_rates(model, prompts, cfg, reps)
+        if steady is not None:
+            out[f"decode_b{b}_steady_tok_s"] = steady
     if cuda_graph and gp.backend() == "cuda":
         out["decode_b1_replay_ms"], out["decode_b1_graph_nodes"] = _replay_ms(model, rng.integers(0, vocab, (1, prompt)).tolist(), cfg)
     if per_op:
@@ -176,7 +197,7 @@ def measure(
             model.logits(model.hidden_states(ids, None, cache, check_ids=False)[:, -1])
 
         run()
-        out["prefill_ms_per_token"] = _time(run, reps) * 1e3 / prefill
+        out["prefill_ms_per_token"] = _timed(run, reps)[0] * 1e3 / prefill
     return out
 
 
@@ -295,35 +316,53 @@ def _transformers_figures(torch: Any, model: Any, batches: Sequence[int], prompt
     vocab = model.config.vocab_size
     out: dict[str, Any] = {}
 
-    def timed(run: Callable[[], Any]) -> float:
+    def timed(run: Callable[[], Any]) -> tuple[float, list[Any]]:
         run()
-        times = []
-        for _ in range(reps):
-            torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            run()
-            torch.cuda.synchronize()
-            times.append(time.perf_counter() - t0)
-        return statistics.median(times)
+        return _timed(run, reps, torch.cuda.synchronize)
 
-    def generate(ids: Any) -> Any:
-        return model.generate(ids, max_new_tokens=new, min_new_tokens=new, do_sample=False, pad_token_id=0)
+    def generate(ids: Any) -> float | None:
+        """Generates; the seconds from the first new token on the host to the last (None where no streamer runs)."""
+        clock = _TokenClock()
+        try:
+            model.generate(ids, max_new_tokens=new, min_new_tokens=new, do_sample=False, pad_token_id=0, streamer=clock)
+        except ValueError:  # a transformers that takes no streamer here (batch > 1)
+            model.generate(ids, max_new_tokens=new, min_new_tokens=new, do_sample=False, pad_token_id=0)
+            return None
+        return clock.times[-1] - clock.times[1] if len(clock.times) == new + 1 else None
 
-    for b in batches:
-        ids = torch.from_numpy(rng.integers(0, vocab, (b, prompt))).cuda()
-        out[f"decode_b{b}_tok_s"] = b * new / timed(lambda ids=ids: generate(ids))
+    def decode(key: str) -> None:
+        for b in batches:
+            ids = torch.from_numpy(rng.integers(0, vocab, (b, prompt))).cuda()
+            total, steady = timed(lambda ids=ids: generate(ids))
+            out[f"{key}_b{b}_tok_s"] = b * new / total
+            if new > 1 and None not in steady:
+                out[f"{key}_b{b}_steady_tok_s"] = b * (new - 1) / statistics.median(steady)
+
+    decode("decode")
     if prefill:
         ids = torch.from_numpy(rng.integers(0, vocab, (1, prefill))).cuda()
-        out["prefill_ms_per_token"] = timed(lambda: model(ids, logits_to_keep=1)) * 1e3 / prefill
+        out["prefill_ms_per_token"] = timed(lambda: model(ids, logits_to_keep=1))[0] * 1e3 / prefill
     if compile:
         # with a static cache, generate compiles the decoding forward itself (its
         # CompileConfig, CUDA graphs included); a forward wrapped by hand instead
         # reads outputs that the next graph replay has overwritten
         model.generation_config.cache_implementation = "static"
-        for b in batches:
-            ids = torch.from_numpy(rng.integers(0, vocab, (b, prompt))).cuda()
-            out[f"compiled_decode_b{b}_tok_s"] = b * new / timed(lambda ids=ids: generate(ids))
+        decode("compiled_decode")
     return out
+
+
+class _TokenClock:
+    """A transformers streamer that notes when each put arrives: the prompt's
+    ids first, then each step's new tokens (read back to the host)."""
+
+    def __init__(self) -> None:
+        self.times: list[float] = []
+
+    def put(self, value: Any) -> None:
+        self.times.append(time.perf_counter())
+
+    def end(self) -> None:
+        pass
 
 
 def main(argv: list[str] | None = None) -> int:
