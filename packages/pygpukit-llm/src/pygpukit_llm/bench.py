@@ -321,13 +321,10 @@ def _transformers_figures(torch: Any, model: Any, batches: Sequence[int], prompt
         return _timed(run, reps, torch.cuda.synchronize)
 
     def generate(ids: Any) -> float | None:
-        """Generates; the seconds from the first new token on the host to the last (None where no streamer runs)."""
+        """Generates; the seconds from the first new token on the host to the last
+        (None unless the streamer saw the prompt and every new token)."""
         clock = _TokenClock()
-        try:
-            model.generate(ids, max_new_tokens=new, min_new_tokens=new, do_sample=False, pad_token_id=0, streamer=clock)
-        except ValueError:  # a transformers that takes no streamer here (batch > 1)
-            model.generate(ids, max_new_tokens=new, min_new_tokens=new, do_sample=False, pad_token_id=0)
-            return None
+        model.generate(ids, max_new_tokens=new, min_new_tokens=new, do_sample=False, pad_token_id=0, streamer=clock)
         return clock.times[-1] - clock.times[1] if len(clock.times) == new + 1 else None
 
     def decode(key: str) -> None:

@@ -12,6 +12,7 @@ reads the new token ids back.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -195,9 +196,7 @@ class _Decoder:
         wait for the event and read on the side stream, not behind that work."""
         if queued_after:
             self.ready.synchronize()
-            with self.side:
-                out = tok.to_numpy().astype(np.int64)
-        else:
+        with self.side if queued_after else contextlib.nullcontext():
             out = tok.to_numpy().astype(np.int64)
         if self.history is not None:  # (penalized runs are not pipelined: tok is the latest sample)
             self.history[np.arange(self.batch), self.lengths + self.step - 1] = out
