@@ -106,7 +106,8 @@ def test_scaled_errors_say_what_is_wrong(rng):
 
 
 def test_fp8_kernels_compile_for_sm89_and_sm90(tmp_path, monkeypatch):
-    """Every mma.sync config, both layouts, both outputs, with and without bias (NVRTC, no GPU needed)."""
+    """Every mma.sync config, the plain and both grouped entries, both outputs,
+    with and without bias (NVRTC, no GPU needed)."""
     from pygpukit.jit import nvrtc
 
     if not nvrtc.available():
@@ -114,9 +115,9 @@ def test_fp8_kernels_compile_for_sm89_and_sm90(tmp_path, monkeypatch):
             pytest.fail("NVRTC could not be loaded in CI; pygpukit-core depends on nvidia-cuda-nvrtc")
         pytest.skip("NVRTC not installed")
     monkeypatch.setenv("PYGPUKIT_CACHE_DIR", str(tmp_path))
-    for entry in ("grouped_fp8_tc", "masked_fp8_tc"):
+    for entry in ("gemm_fp8_tc", "grouped_fp8_tc", "masked_fp8_tc"):
         for cfg in tc.CONFIGS:
-            for out in grouped.KERNEL_OUT.values():
+            for out in tc._CTYPE.values():
                 for bias in (False, True):
                     kernel = tc.fp8_kernel(entry, cfg, out, bias)
                     for sm in (89, 90):

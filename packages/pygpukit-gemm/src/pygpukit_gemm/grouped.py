@@ -159,7 +159,6 @@ def grouped_linear_masked(x: Any, w: Any, masked_m: Any, bias: Any = None) -> gp
 
 FP8 = (np.dtype(gp.float8_e4m3fn), np.dtype(gp.float8_e5m2))
 OUT_DTYPES = (np.dtype(gp.bfloat16), np.dtype(gp.float16), np.dtype(np.float32))
-KERNEL_OUT = {np.dtype(gp.bfloat16): "pgk::bfloat16", np.dtype(gp.float16): "pgk::half"}
 _GROUPED_FP8 = struct.Struct("@PPPPPPPiiiiqqqq")
 _MASKED_FP8 = struct.Struct("@PPPPPPPiiiqqqqq")
 
@@ -216,7 +215,7 @@ def kernel_takes_scaled(x: Any, x_scale: Any, w: Any, w_scale: Any, counts: Any,
         return False
     e4m3 = np.dtype(gp.float8_e4m3fn)
     return (
-        out in KERNEL_OUT
+        out in tc._CTYPE
         and _packed(x) and _packed(w) and x.dtype == e4m3 and w.dtype == e4m3
         and w.ndim == 3 and x.ndim >= 2 and x.shape[-1] == w.shape[2] and w.shape[2] % 16 == 0 and w.shape[2] > 0
         and all(isinstance(v, gp.GPUArray) and v.dtype == np.float32 for v in (x_scale, w_scale))
@@ -241,7 +240,7 @@ def grouped_scaled_linear(x: Any, x_scale: Any, w: Any, w_scale: Any, offs: Any,
         return out
     xs, ws, b = _scaled_operands(x_scale, w_scale, bias, out_dt)
     cfg = tc.choose(max(1, t // e), n, e, _runtime.get().props["multiprocessor_count"])
-    kernel = tc.fp8_kernel("grouped_fp8_tc", cfg, KERNEL_OUT[out_dt], bias is not None)
+    kernel = tc.fp8_kernel("grouped_fp8_tc", cfg, tc._CTYPE[out_dt], bias is not None)
     counts = _counts(offs)
     params = _GROUPED_FP8.pack(
         x.data_ptr, w.data_ptr, out.data_ptr, 0 if b is None else b.data_ptr, xs.data_ptr, ws.data_ptr, counts.data_ptr, e, t, n, k // 2, k // 2, k // 2, n,
@@ -262,7 +261,7 @@ def grouped_scaled_linear_masked(x: Any, x_scale: Any, w: Any, w_scale: Any, mas
         return out
     xs, ws, b = _scaled_operands(x_scale, w_scale, bias, out_dt)
     cfg = tc.choose(max_m, n, e, _runtime.get().props["multiprocessor_count"])
-    kernel = tc.fp8_kernel("masked_fp8_tc", cfg, KERNEL_OUT[out_dt], bias is not None)
+    kernel = tc.fp8_kernel("masked_fp8_tc", cfg, tc._CTYPE[out_dt], bias is not None)
     counts = _counts(masked_m)
     params = _MASKED_FP8.pack(
         x.data_ptr, w.data_ptr, out.data_ptr, 0 if b is None else b.data_ptr, xs.data_ptr, ws.data_ptr, counts.data_ptr, max_m, n, k // 2, k // 2, k // 2, n,

@@ -119,7 +119,7 @@ def _kernel(entry: str, cfg: Config, b_nk: bool, ctype: str, act: str, bias: boo
 
 @cache
 def fp8_kernel(entry: str, cfg: Config, out_ctype: str, bias: bool) -> Any:
-    """The fp8 grouped kernel ``entry`` ("grouped_fp8_tc" or "masked_fp8_tc", mma.sync, SM 89+)."""
+    """The fp8 kernel ``entry`` ("gemm_fp8_tc", "grouped_fp8_tc" or "masked_fp8_tc", mma.sync, SM 89+)."""
     expr = f"pgk::{entry}<{cfg.bm}, {cfg.bn}, {cfg.bk}, {cfg.wm}, {cfg.wn}, {cfg.stages}, {out_ctype}, {str(bias).lower()}>"
     return gp.jit(_source(), expr, signature=_SIGNATURES[entry], name="gemm_tc.cu")
 
@@ -132,6 +132,8 @@ _SIGNATURES = {
     "masked_tc": "const void* A, const void* B, void* D, const void* bias, const void* R, const void* masked_m, int max_m, "
     "int N, int K, long long lda, long long ldb, long long ldd, long long ldr, long long strideA, long long strideB, "
     "long long strideD, long long strideR, long long strideBias",
+    "gemm_fp8_tc": "const void* A, const void* B, void* D, const void* bias, const void* sa, const void* sb, int M, int N, int K, "
+    "long long lda, long long ldb, long long ldd",
     "grouped_fp8_tc": "const void* A, const void* B, void* D, const void* bias, const void* sa, const void* sb, const void* offs, "
     "int E, int M, int N, int K, long long lda, long long ldb, long long ldd, long long strideB",
     "masked_fp8_tc": "const void* A, const void* B, void* D, const void* bias, const void* sa, const void* sb, const void* masked_m, "

@@ -392,10 +392,26 @@ masked_tc(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ D, c
   zero_tile<BM, BN>(De, m0 + rows, n0, min(m0 + BM, max_m), N, ldd, Cfg::kThreads);  // the tile's masked rows
 }
 
-// The fp8 grouped products: A and B float8_e4m3fn, read as e4m3x2 carriers (K,
-// lda, ldb and strideB count carriers), B stored (N, K) per expert; row
-// scales sa of A's rows, column scales sb (E, N), bias (E, N) and D in O.
-// grouped_fp8_tc is grouped_tc's contiguous layout (sa (M,)).
+// The fp8 products: A and B float8_e4m3fn, read as e4m3x2 carriers (K, lda,
+// ldb, strideA and strideB count carriers), B stored (N, K); row scales sa of
+// A's rows, column scales sb, bias and D in O. gemm_fp8_tc is one product
+// (scaled_mm: sa (M,), sb (N,), bias (N,)).
+template <int BM, int BN, int BK, int WM, int WN, int STAGES, class O, bool BIAS>
+__global__ void __launch_bounds__(WM* WN * 32, 1)
+gemm_fp8_tc(const e4m3x2* __restrict__ A, const e4m3x2* __restrict__ B, O* __restrict__ D, const O* __restrict__ bias,
+            const float* __restrict__ sa, const float* __restrict__ sb, int M, int N, int K, long long lda, long long ldb, long long ldd) {
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  using Cfg = Tile<BM, BN, BK, WM, WN, STAGES, true, e4m3x2>;
+  int tm, tn;
+  tile_of(blockIdx.x, (M + BM - 1) / BM, (N + BN - 1) / BN, tm, tn);
+  const int m0 = tm * BM, n0 = tn * BN, rows = min(BM, M - m0);
+  Cfg tile;
+  tile.run(reinterpret_cast<e4m3x2*>(smem_raw), A, B, m0, rows, n0, N, K, lda, ldb);
+  tile.template store_scaled<BIAS>(D, bias, sa, sb, m0, rows, n0, N, ldd);
+}
+
+// The grouped ones: B (E, N, K), sb and bias (E, N). grouped_fp8_tc is
+// grouped_tc's contiguous layout (sa (M,)).
 template <int BM, int BN, int BK, int WM, int WN, int STAGES, class O, bool BIAS>
 __global__ void __launch_bounds__(WM* WN * 32, 1)
 grouped_fp8_tc(const e4m3x2* __restrict__ A, const e4m3x2* __restrict__ B, O* __restrict__ D, const O* __restrict__ bias,
