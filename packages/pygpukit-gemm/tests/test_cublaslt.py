@@ -48,7 +48,15 @@ def test_registered_above_core():
         assert all(r.status.startswith("outranked by gemm:cublaslt") for r in rows if r.op == "matmul" and r.impl == "gemm:mma")
     else:
         assert all(r.status.startswith("not here:") for r in rows if r.backend == "cuda")
-        cpu_ops = {"scaled_mm", "qlinear", "grouped_linear", "grouped_linear_masked", "fused_linear"}
+        cpu_ops = {
+            "scaled_mm",
+            "qlinear",
+            "grouped_linear",
+            "grouped_linear_masked",
+            "grouped_scaled_linear",
+            "grouped_scaled_linear_masked",
+            "fused_linear",
+        }
         assert {(r.op, r.status) for r in rows if r.backend == "cpu"} == {(op, "runs here") for op in cpu_ops}
     info = next(p for p in gp.plugins.plugins() if p.name == "gemm")
     assert info.status == "active" and info.info.name == "pygpukit-gemm"

@@ -212,7 +212,8 @@ def test_scaled_mm_hands_scales_in_cublaslt_layouts(fake, monkeypatch):
 
 def test_fp8_registrations(fake, monkeypatch):
     """scaled_mm on cuBLASLt takes per-tensor scales only: its row-wise and block
-    scale modes were rejected by cuBLASLt 13.1 on an H100, so they stay off."""
+    scale modes were rejected by cuBLASLt 13.1 on an H100, so they stay off
+    (the own e4m3 kernel, mma_fp8, takes per-tensor and row-wise scales)."""
     from pygpukit_gemm import plugin
 
     class Registry:
@@ -229,7 +230,7 @@ def test_fp8_registrations(fake, monkeypatch):
     monkeypatch.setattr(plugin.gp, "backend", lambda: "cuda")
     registry = Registry()
     plugin.pygpukit_register_ops(registry)
-    assert sorted(name for op, name in registry.impls if op == "scaled_mm") == ["cublaslt_fp8", "reference", "reference"]
+    assert sorted(name for op, name in registry.impls if op == "scaled_mm") == ["cublaslt_fp8", "mma_fp8", "reference", "reference"]
 
 
 def test_epilogue_and_c_plumbing(fake):

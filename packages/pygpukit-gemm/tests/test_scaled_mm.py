@@ -37,14 +37,9 @@ def test_against_float64(rng, out, mkn):
     (a, b, sa, sb), ref = _case(rng, *mkn)
     got = gp.ops.scaled_mm(a, b, sa, sb, out_dtype=out)
     assert got.dtype == out and got.shape == ref.shape
-    tensor_cores = gp.backend() == "cuda" and mkn[1] % 16 == 0 and mkn[2] % 16 == 0 and _sm() >= 89
-    assert gp.ops.which("scaled_mm", a, b, sa, sb) == ("gemm:cublaslt_fp8" if tensor_cores else "gemm:reference")
-    # The products of fp8 values are exact; what remains is the accumulation and
-    # the output rounding. The reference accumulates in FP32 (1e-5). Hopper's fp8
-    # tensor cores accumulate with fewer mantissa bits than FP32 (measured on an
-    # H100: 1.4e-4 to 3.5e-4 into float32 at these shapes), hence 1e-3 there.
-    tol = 1e-2 if out != gp.float32 else (1e-3 if tensor_cores else 1e-5)
-    assert _rel(got.to_numpy(), ref) < tol
+    impl = _expected("tensor", a, b, out)
+    assert gp.ops.which("scaled_mm", a, b, sa, sb, out_dtype=out) == impl
+    assert _rel(got.to_numpy(), ref) < _tol(out, impl)
 
 
 def _sm():
@@ -88,22 +83,27 @@ def test_errors(rng):
             call()
 
 
-def _expected(mode, a, b):
-    """The implementation scaled_mm should take here for these operands."""
-    if gp.backend() != "cuda":
+def _expected(mode, a, b, out=gp.bfloat16):
+    """The implementation scaled_mm should take here for these operands: cuBLASLt
+    for per-tensor scales, k and n multiples of 16; the own e4m3 kernel for
+    per-tensor or row-wise scales of two e4m3 operands, k a multiple of 16,
+    into bf16/fp16 (cuBLASLt's row-wise and block modes are not enabled, see
+    plugin.py); the reference for the rest."""
+    if gp.backend() != "cuda" or _sm() < 89:
         return "gemm:reference"
-
     k, n = a.shape[1], b.shape[1]
-    tensor_cores = k % 16 == 0 and n % 16 == 0 and not (a.dtype == b.dtype == E5M2)
-    if mode == "tensor":
-        return "gemm:cublaslt_fp8" if tensor_cores and _sm() >= 89 else "gemm:reference"
-    return "gemm:reference"  # row-wise and block scales: cuBLASLt's scale modes are not enabled (see plugin.py)
+    if mode == "tensor" and k % 16 == 0 and n % 16 == 0 and not (a.dtype == b.dtype == E5M2):
+        return "gemm:cublaslt_fp8"
+    if mode in ("tensor", "row") and a.dtype == b.dtype == E4M3 and k % 16 == 0 and out != gp.float32:
+        return "gemm:mma_fp8"
+    return "gemm:reference"
 
 
 def _tol(out, impl):
-    # As in test_against_float64: the reference accumulates in FP32; the tensor
-    # cores accumulate fp8 products with fewer bits (1.4e-4 to 3.5e-4 measured
-    # per tensor on an H100), bfloat16 and float16 outputs are bounded by their rounding.
+    # The products of fp8 values are exact; what remains is the accumulation and
+    # the output rounding. The reference accumulates in FP32 (1e-5); Hopper's fp8
+    # tensor cores accumulate with fewer mantissa bits than FP32 (1.4e-4 to 3.5e-4
+    # measured per tensor on an H100 into float32), bf16 and fp16 outputs are bounded by their rounding.
     return 1e-2 if out != gp.float32 else (1e-5 if impl == "gemm:reference" else 1e-3)
 
 
@@ -136,8 +136,8 @@ def _scaled_case(rng, mode, m, k, n, da=E4M3, db=E4M3):
 @pytest.mark.parametrize("mode", ["row", "block"])
 def test_rowwise_and_block_scales(rng, mode, out, mkn):
     (a, b, sa, sb), ref = _scaled_case(rng, mode, *mkn)
-    impl = _expected(mode, a, b)
-    assert gp.ops.which("scaled_mm", a, b, sa, sb) == impl
+    impl = _expected(mode, a, b, out)
+    assert gp.ops.which("scaled_mm", a, b, sa, sb, out_dtype=out) == impl
     got = gp.ops.scaled_mm(a, b, sa, sb, out_dtype=out)
     assert got.dtype == out and got.shape == ref.shape
     assert _rel(got.to_numpy(), ref) < _tol(out, impl)
@@ -208,3 +208,35 @@ def test_predicates():
     assert not scaled.fits_tensor_cores(*ops(64, 256, 120, "tensor"))  # n % 16
     assert not scaled.fits_tensor_cores(*ops(64, 256, 128, "tensor", E5M2, E5M2))
     assert not scaled.fits_tensor_cores(*ops(64, 256, 128, "row")) and not scaled.fits_tensor_cores(*ops(64, 256, 128, "block"))
+    # the own e4m3 kernel: per-tensor and row-wise scales, both e4m3, k % 16, a bf16 / fp16 output
+    assert scaled.fits_own_kernel(*ops(64, 256, 128, "row")) and scaled.fits_own_kernel(*ops(1, 32, 120, "tensor"))
+    assert scaled.fits_own_kernel(*ops(64, 256, 128, "row"), out_dtype=gp.float16)
+    assert not scaled.fits_own_kernel(*ops(64, 256, 128, "row"), out_dtype=gp.float32)
+    assert not scaled.fits_own_kernel(*ops(64, 256, 128, "block")) and not scaled.fits_own_kernel(*ops(64, 40, 128, "row"))
+    assert not scaled.fits_own_kernel(*ops(64, 256, 128, "row", E4M3, E5M2))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mode", ["tensor", "row"])
+@pytest.mark.parametrize("mkn", [(256, 512, 1024), (1, 4096, 512), (33, 48, 17), (300, 1024, 200)], ids=str)
+def test_own_kernel_routed(rng, mode, mkn):
+    """The own e4m3 kernel (routed to it where cuBLASLt would win) against float64
+    and the reference, with a bias and into float16; the same bits twice."""
+    if _sm() < 89:
+        pytest.skip("e4m3 tensor cores need SM 89+")
+    m, k, n = mkn
+    if mode == "tensor":
+        (a, b, sa, sb), ref = _case(rng, m, k, n)
+    else:
+        (a, b, sa, sb), ref = _scaled_case(rng, mode, m, k, n)
+    bias = gp.from_numpy(rng.standard_normal(n).astype(np.float32) * float(np.abs(ref).max()))
+    with gp.routing(scaled_mm="gemm:mma_fp8"):
+        got = gp.ops.scaled_mm(a, b, sa, sb, out_dtype=gp.bfloat16, bias=bias)
+        again = gp.ops.scaled_mm(a, b, sa, sb, out_dtype=gp.bfloat16, bias=bias)
+        half = gp.ops.scaled_mm(a, b, sa, sb, out_dtype=gp.float16)
+    with_bias = ref + bias.to_numpy().astype(np.float64)
+    assert _rel(got.to_numpy(), with_bias) < 1e-2 and _rel(half.to_numpy(), ref) < 2e-3
+    np.testing.assert_array_equal(again.to_numpy(), got.to_numpy())
+    with gp.routing(scaled_mm="gemm:reference"):
+        want = gp.ops.scaled_mm(a, b, sa, sb, out_dtype=gp.bfloat16, bias=bias)
+    assert _rel(got.to_numpy(), want.to_numpy().astype(np.float64)) < 1e-2

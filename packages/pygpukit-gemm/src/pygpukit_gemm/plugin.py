@@ -110,6 +110,17 @@ def _register_tensor_cores(registry: Any) -> None:
     registry.register("linear", gemv.linear, priority=GEMV_PRIORITY, predicate=gemv.decode_linear, **{**half, "name": "gemv"})
     registry.register("grouped_linear", grouped.grouped_linear, priority=PRIORITY, predicate=grouped.kernel_dtypes, **half)
     registry.register("grouped_linear_masked", grouped.grouped_linear_masked, priority=PRIORITY, predicate=grouped.kernel_dtypes, **half)
+    e4m3 = {"backend": "cuda", "dtypes": [grouped.FP8[0]], "min_sm": 89, "name": "mma_fp8", "priority": PRIORITY}
+    # below cuBLASLt's per-tensor path; the only GPU kernel for row-wise scales
+    registry.register("scaled_mm", scaled.scaled_mm_mma, predicate=scaled.fits_own_kernel, **{**e4m3, "priority": TC_PRIORITY})
+    for op, reference, kernel in (
+        ("grouped_scaled_linear", grouped.reference_scaled, grouped.grouped_scaled_linear),
+        ("grouped_scaled_linear_masked", grouped.reference_scaled_masked, grouped.grouped_scaled_linear_masked),
+    ):
+        registry.define(op, nkey=1, doc=grouped.__doc__ or "")
+        for backend in ("cuda", "cpu"):
+            registry.register(op, reference, backend=backend, name="reference")
+        registry.register(op, kernel, predicate=grouped.kernel_takes_scaled, **e4m3)
 
 
 @hookimpl

@@ -14,7 +14,10 @@ The shapes of the scales say how they apply:
   (128x128 blocks). For b = w.T that is the transpose of w's block scales:
   ``quantize_fp8(w, granularity="block").scale.T``.
 
-On the GPU, cuBLASLt's fp8 tensor cores run per-tensor products on SM 89+ and
+On the GPU, the plugin's own e4m3 kernel (tc.py's tile loop with
+mma.sync.m16n8k32.e4m3 and a scaling epilogue, SM 89+) runs per-tensor and
+row-wise products of two e4m3 operands with k a multiple of 16 into bfloat16
+or float16, below cuBLASLt where both apply. cuBLASLt's fp8 tensor cores run per-tensor products on SM 89+ and
 row-wise and block-scaled ones on SM 90 exactly (cuBLASLt 12.9+), where k and n
 are multiples of 16 (and m a multiple of 4 for block scales) and the operands
 are not both e5m2. cuBLASLt reads a row-major and b column-major; other
@@ -28,13 +31,15 @@ multiply (exact FP32), scale, round once.
 
 from __future__ import annotations
 
+import struct
 from typing import Any
 
 import numpy as np
 
 import pygpukit as gp
+from pygpukit import _runtime
 
-from . import cublaslt
+from . import cublaslt, tc
 from .fp8 import expand_scale
 
 FP8 = (np.dtype(gp.float8_e4m3fn), np.dtype(gp.float8_e5m2))
@@ -164,3 +169,51 @@ def scaled_mm(a: Any, b: Any, scale_a: Any, scale_b: Any, out_dtype: Any = gp.bf
         return reference(a, b, scale_a, scale_b, out, bias)
     sa, sb = _lt_scales(mode, scale_a, scale_b)
     return call(a.data_ptr, b.data_ptr, 0 if bias is None else bias.data_ptr, sa.data_ptr, sb.data_ptr)
+
+
+# -- the own kernel ---------------------------------------------------------------------------
+
+_MMA_PARAMS = struct.Struct("@PPPPPPiiiqqq")
+
+
+def fits_own_kernel(a: Any, b: Any, scale_a: Any = None, scale_b: Any = None, out_dtype: Any = gp.bfloat16, bias: Any = None) -> bool:
+    """What the own e4m3 kernel takes: per-tensor or row-wise scales, both
+    operands e4m3, k a positive multiple of 16, a bfloat16 or float16 output."""
+    try:
+        out = np.dtype(out_dtype)
+    except TypeError:
+        return False
+    return (
+        scale_mode(a, b, scale_a, scale_b) in ("tensor", "row")
+        and a.dtype == FP8[0] and b.dtype == FP8[0]
+        and a.shape[1] % 16 == 0 and min(a.shape[0], a.shape[1], b.shape[1]) > 0
+        and out in tc._CTYPE
+        and (bias is None or isinstance(bias, gp.GPUArray))
+    )  # fmt: skip
+
+
+def _vector(scale: gp.GPUArray, length: int) -> gp.GPUArray:
+    """A contiguous float32 (length,) of a row-wise scale, or of a per-tensor one repeated."""
+    if scale.size == length:
+        v = scale.reshape(length)
+        return v if v.is_contiguous else v.copy()
+    return gp.ones((length,), gp.float32) * scale.reshape(1)
+
+
+def scaled_mm_mma(a: Any, b: Any, scale_a: Any, scale_b: Any, out_dtype: Any = gp.bfloat16, bias: Any = None) -> gp.GPUArray:
+    """The own e4m3 product (``fits_own_kernel``): a read as row-major, b as
+    column-major (copied into those layouts otherwise), one launch."""
+    out = check(a, b, scale_a, scale_b, out_dtype, bias)
+    m, k, n = a.shape[0], a.shape[1], b.shape[1]
+    a = a if a.is_contiguous and a.data_ptr % 16 == 0 else a.copy()
+    bt = b.T if b.T.is_contiguous and b.data_ptr % 16 == 0 else b.T.copy()  # (n, k) rows
+    sa, sb = _vector(scale_a, m), _vector(scale_b, n)
+    bias_ = tc._epilogue_vector(bias, out)
+    y = gp.empty((m, n), out)
+    cfg = tc.choose(m, n, 1, _runtime.get().props["multiprocessor_count"])
+    kernel = tc.fp8_kernel("gemm_fp8_tc", cfg, tc._CTYPE[out], bias_ is not None)
+    params = _MMA_PARAMS.pack(
+        a.data_ptr, bt.data_ptr, y.data_ptr, 0 if bias_ is None else bias_.data_ptr, sa.data_ptr, sb.data_ptr, m, n, k // 2, k // 2, k // 2, n
+    )  # fmt: skip
+    tc._launch(tc._function(kernel, cfg), (-(-m // cfg.bm) * -(-n // cfg.bn), 1, 1), cfg, params)
+    return y

@@ -102,15 +102,26 @@ def choose(m: int, n: int, batch: int, sms: int, wgmma: bool = False) -> Config:
 
 
 @cache
-def _kernel(entry: str, cfg: Config, b_nk: bool, ctype: str, act: str, bias: bool, res: bool) -> Any:
+def _source() -> str:
     with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels", "gemm_tc.cu")) as f:
-        source = f.read()
+        return f.read()
+
+
+@cache
+def _kernel(entry: str, cfg: Config, b_nk: bool, ctype: str, act: str, bias: bool, res: bool) -> Any:
     flags = f"{str(bias).lower()}, {str(res).lower()}"
     if cfg.wgmma:  # gemm_tc -> gemm_wgmma, grouped_tc -> grouped_wgmma
         expr = f"pgk::{entry.replace('_tc', '_wgmma')}<{cfg.bn}, {cfg.stages}, {ctype}, {act}, {flags}>"
-        return gp.jit(source, expr, signature=_SIGNATURES[entry], name="gemm_tc.cu", arch_suffix="a")
+        return gp.jit(_source(), expr, signature=_SIGNATURES[entry], name="gemm_tc.cu", arch_suffix="a")
     expr = f"pgk::{entry}<{cfg.bm}, {cfg.bn}, {cfg.bk}, {cfg.wm}, {cfg.wn}, {cfg.stages}, {str(b_nk).lower()}, {ctype}, {act}, {flags}>"
-    return gp.jit(source, expr, signature=_SIGNATURES[entry], name="gemm_tc.cu")
+    return gp.jit(_source(), expr, signature=_SIGNATURES[entry], name="gemm_tc.cu")
+
+
+@cache
+def fp8_kernel(entry: str, cfg: Config, out_ctype: str, bias: bool) -> Any:
+    """The fp8 kernel ``entry`` ("gemm_fp8_tc", "grouped_fp8_tc" or "masked_fp8_tc", mma.sync, SM 89+)."""
+    expr = f"pgk::{entry}<{cfg.bm}, {cfg.bn}, {cfg.bk}, {cfg.wm}, {cfg.wn}, {cfg.stages}, {out_ctype}, {str(bias).lower()}>"
+    return gp.jit(_source(), expr, signature=_SIGNATURES[entry], name="gemm_tc.cu")
 
 
 _SIGNATURES = {
@@ -121,6 +132,12 @@ _SIGNATURES = {
     "masked_tc": "const void* A, const void* B, void* D, const void* bias, const void* R, const void* masked_m, int max_m, "
     "int N, int K, long long lda, long long ldb, long long ldd, long long ldr, long long strideA, long long strideB, "
     "long long strideD, long long strideR, long long strideBias",
+    "gemm_fp8_tc": "const void* A, const void* B, void* D, const void* bias, const void* sa, const void* sb, int M, int N, int K, "
+    "long long lda, long long ldb, long long ldd",
+    "grouped_fp8_tc": "const void* A, const void* B, void* D, const void* bias, const void* sa, const void* sb, const void* offs, "
+    "int E, int M, int N, int K, long long lda, long long ldb, long long ldd, long long strideB",
+    "masked_fp8_tc": "const void* A, const void* B, void* D, const void* bias, const void* sa, const void* sb, const void* masked_m, "
+    "int max_m, int N, int K, long long lda, long long ldb, long long ldd, long long strideA, long long strideB",
 }
 # The same parameters in the CUDA ABI layout, for the prepared launches.
 _PACK = {"gemm_tc": struct.Struct("@PPPPPiiiqqqqqqqq")}
@@ -216,10 +233,8 @@ def _transposed(b: gp.GPUArray, ld: int, batch_stride: int) -> Operand:
 
 @cache
 def _transpose_kernel(ctype: str) -> Any:
-    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels", "gemm_tc.cu")) as f:
-        source = f.read()
     return gp.jit(
-        source,
+        _source(),
         f"pgk::transpose_2d<{ctype}>",
         signature="const void* src, void* dst, int rows, int cols, long long lds, long long zs",
         name="gemm_tc.cu",

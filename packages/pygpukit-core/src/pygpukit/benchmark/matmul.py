@@ -218,6 +218,42 @@ def bench_own_gemm(rec: Recorder, quick: bool) -> None:
             rec.add(f"grouped_bf16_e{experts}_t{tokens}_k{k}_n{n}", name, "TFLOP/s", 2 * tokens * n * k / ms / 1e9, True, note=note)
             del x, w
             _free(name, mod)
+        _grouped_fp8(rec, impls, x_host, w_host, offs, warm, reps)
+
+
+def _grouped_fp8(rec: Recorder, impls: list, x_host: np.ndarray, w_host: np.ndarray, offs: np.ndarray, warm: int, reps: int) -> None:
+    """The same grouped product with e4m3 operands and row-wise scales, where a
+    plugin defines grouped_scaled_linear; torch's _scaled_grouped_mm beside it
+    where this torch and GPU run it."""
+    if "grouped_scaled_linear" not in gp.ops.names():
+        return
+    from pygpukit_gemm import quantize_fp8  # the plugin that defines the op
+
+    (tokens, k), (experts, n, _) = x_host.shape, w_host.shape
+    qx = quantize_fp8(gp.from_numpy(x_host), granularity="row")
+    qw = quantize_fp8(gp.from_numpy(w_host.reshape(experts * n, k)), granularity="row")
+    args = (qx.data, qx.scale.reshape(tokens), qw.data.reshape(experts, n, k), qw.scale.reshape(experts, n), gp.from_numpy(offs))
+    bench = f"grouped_fp8e4m3_e{experts}_t{tokens}_k{k}_n{n}"
+    for name, timer, mod in impls:
+        if name == "pygpukit":
+            fn = functools.partial(gp.ops.grouped_scaled_linear, *args)
+            note = gp.ops.which("grouped_scaled_linear", *args)
+        elif name == "torch" and hasattr(mod, "_scaled_grouped_mm"):
+            ta = mod.from_numpy(args[0].to_numpy().view(np.uint8)).cuda().view(mod.float8_e4m3fn)
+            tb = mod.from_numpy(args[2].to_numpy().view(np.uint8)).cuda().view(mod.float8_e4m3fn).transpose(-2, -1)
+            sa, sb = (mod.from_numpy(a.to_numpy()).cuda() for a in (args[1], args[3]))
+            toffs = mod.from_numpy(offs).cuda()
+            fn = functools.partial(mod._scaled_grouped_mm, ta, tb, sa, sb, offs=toffs, out_dtype=mod.bfloat16)
+            note = "torch._scaled_grouped_mm"
+            try:
+                fn()
+            except (RuntimeError, TypeError, ValueError) as e:  # not on this GPU / build, or another signature: say so
+                print(f"  {bench}: torch._scaled_grouped_mm did not run ({str(e).splitlines()[0][:160]}); its row is left out")
+                continue
+        else:
+            continue
+        ms = median_time_ms(fn, timer, warm, reps)
+        rec.add(bench, name, "TFLOP/s", 2 * tokens * n * k / ms / 1e9, True, note=note)
 
 
 def _per_expert(mod: Any, x: Any, w: Any, bounds: list) -> list:

@@ -19,14 +19,26 @@
 // Tiles are visited in groups of kGroupM tile rows so that consecutive blocks
 // share A and B panels in L2.
 //
+// fp8 (e4m3, SM 89+) operands ride in the same tile as 16-bit carriers, two
+// values each (e4m3x2): a row of K values is K / 2 carriers, so the cp.async
+// chunks, the swizzle and ldmatrix move the bytes they move for bf16, and the
+// fragments ldmatrix returns are those of mma.m16n8k32.e4m3 (a 32-bit register
+// holds 4 consecutive K values where bf16's holds 2: a k16 slice of carriers
+// is a k32 slice of e4m3). Their epilogue scales rows and columns (store_scaled).
+//
 // Three entry points share the tile loop: gemm_tc (a strided batch on
 // blockIdx.z), grouped_tc (mixture-of-experts, contiguous layout: rows
 // sorted by expert, expert e owns rows [offs[e-1], offs[e]) and weight
 // B + e * strideB) and masked_tc (expert e = blockIdx.z owns rows
-// [0, masked_m[e]) of its own A and D; rows past it are written as zeros).
+// [0, masked_m[e]) of its own A and D; rows past it are written as zeros);
+// grouped_fp8_tc and masked_fp8_tc are the last two for fp8 operands.
 #include "pgk/math.cuh"
 
 namespace pgk {
+
+struct e4m3x2 {  // two float8_e4m3fn values, the lower K first: the fp8 operands' carrier
+  unsigned short bits;
+};
 
 constexpr int kGroupM = 8;  // tile rows per L2 group
 
@@ -54,6 +66,10 @@ template <class T>
 __device__ __forceinline__ void mma16816(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
   if constexpr (is_same<T, bfloat16>::value) {
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else if constexpr (is_same<T, e4m3x2>::value) {  // a k32 slice of e4m3 (SM 89+)
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
   } else {
@@ -251,6 +267,27 @@ struct Tile {
                                      n0 + wn * TN + nt * 8 + (lane & 3) * 2, N, ldd, ldr, pairs, acc[mt][nt][h * 2],
                                      acc[mt][nt][h * 2 + 1]);
   }
+
+  // D[r, c] = acc * sa[r] * sb[c] (+ bias[c]), rounded once to O: the fp8
+  // products' epilogue (sa: the scales of A's rows from m0, sb: of B's rows, the output columns).
+  template <bool BIAS, class O>
+  __device__ __forceinline__ void store_scaled(O* D, const O* bias, const float* __restrict__ sa, const float* __restrict__ sb, int m0,
+                                               int rows, int n0, int N, long long ldd) const {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, wm = warp / WN, wn = warp % WN;
+    const bool pairs = pair_stores(D, ldd);
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int r = wm * TM + mt * 16 + (lane >> 2) + h * 8, c = n0 + wn * TN + nt * 8 + (lane & 3) * 2;
+          if (r >= rows || c >= N) continue;
+          const float s = sa[m0 + r];
+          const float v0 = acc[mt][nt][h * 2] * s * sb[c], v1 = c + 1 < N ? acc[mt][nt][h * 2 + 1] * s * sb[c + 1] : 0.0f;
+          store_pair<Positive, BIAS, false>(D, bias, static_cast<const O*>(nullptr), m0, rows, r, c, N, ldd, 0, pairs, v0, v1);
+        }
+  }
 };
 
 // The tile (tm, tn) of block b in an L2-friendly order over a tiles_m x tiles_n grid.
@@ -353,6 +390,66 @@ masked_tc(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ D, c
   tile.template store<Act, BIAS, RES>(De, BIAS ? bias + e * strideBias : bias, R + (RES ? e * strideR : 0), m0, rows, n0, N,
                                       ldd, ldr);
   zero_tile<BM, BN>(De, m0 + rows, n0, min(m0 + BM, max_m), N, ldd, Cfg::kThreads);  // the tile's masked rows
+}
+
+// The fp8 products: A and B float8_e4m3fn, read as e4m3x2 carriers (K, lda,
+// ldb, strideA and strideB count carriers), B stored (N, K); row scales sa of
+// A's rows, column scales sb, bias and D in O. gemm_fp8_tc is one product
+// (scaled_mm: sa (M,), sb (N,), bias (N,)).
+template <int BM, int BN, int BK, int WM, int WN, int STAGES, class O, bool BIAS>
+__global__ void __launch_bounds__(WM* WN * 32, 1)
+gemm_fp8_tc(const e4m3x2* __restrict__ A, const e4m3x2* __restrict__ B, O* __restrict__ D, const O* __restrict__ bias,
+            const float* __restrict__ sa, const float* __restrict__ sb, int M, int N, int K, long long lda, long long ldb, long long ldd) {
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  using Cfg = Tile<BM, BN, BK, WM, WN, STAGES, true, e4m3x2>;
+  int tm, tn;
+  tile_of(blockIdx.x, (M + BM - 1) / BM, (N + BN - 1) / BN, tm, tn);
+  const int m0 = tm * BM, n0 = tn * BN, rows = min(BM, M - m0);
+  Cfg tile;
+  tile.run(reinterpret_cast<e4m3x2*>(smem_raw), A, B, m0, rows, n0, N, K, lda, ldb);
+  tile.template store_scaled<BIAS>(D, bias, sa, sb, m0, rows, n0, N, ldd);
+}
+
+// The grouped ones: B (E, N, K), sb and bias (E, N). grouped_fp8_tc is
+// grouped_tc's contiguous layout (sa (M,)).
+template <int BM, int BN, int BK, int WM, int WN, int STAGES, class O, bool BIAS>
+__global__ void __launch_bounds__(WM* WN * 32, 1)
+grouped_fp8_tc(const e4m3x2* __restrict__ A, const e4m3x2* __restrict__ B, O* __restrict__ D, const O* __restrict__ bias,
+               const float* __restrict__ sa, const float* __restrict__ sb, const int* __restrict__ offs, int E, int M, int N, int K,
+               long long lda, long long ldb, long long ldd, long long strideB) {
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  using Cfg = Tile<BM, BN, BK, WM, WN, STAGES, true, e4m3x2>;
+  const int tiles_n = (N + BN - 1) / BN;
+  const int n0 = (blockIdx.x % tiles_n) * BN;
+  const GroupTile g = group_tile<BM>(blockIdx.x / tiles_n, offs, E, M);
+  if (g.rows < 0) return zero_tile<BM, BN>(D, g.m0, n0, M, N, ldd, Cfg::kThreads);
+  Cfg tile;
+  tile.run(reinterpret_cast<e4m3x2*>(smem_raw), A, B + g.e * strideB, g.m0, g.rows, n0, N, K, lda, ldb);
+  const long long col = (long long)g.e * N;  // expert e's row of sb and bias
+  tile.template store_scaled<BIAS>(D, BIAS ? bias + col : bias, sa, sb + col, g.m0, g.rows, n0, N, ldd);
+}
+
+// ... and masked_tc's masked layout: A (E, max_m, K), sa (E, max_m), D (E, max_m, N).
+template <int BM, int BN, int BK, int WM, int WN, int STAGES, class O, bool BIAS>
+__global__ void __launch_bounds__(WM* WN * 32, 1)
+masked_fp8_tc(const e4m3x2* __restrict__ A, const e4m3x2* __restrict__ B, O* __restrict__ D, const O* __restrict__ bias,
+              const float* __restrict__ sa, const float* __restrict__ sb, const int* __restrict__ masked_m, int max_m, int N, int K,
+              long long lda, long long ldb, long long ldd, long long strideA, long long strideB) {
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  using Cfg = Tile<BM, BN, BK, WM, WN, STAGES, true, e4m3x2>;
+  const int tiles_m = (max_m + BM - 1) / BM, tiles_n = (N + BN - 1) / BN;
+  int tm, tn;
+  tile_of(blockIdx.x, tiles_m, tiles_n, tm, tn);
+  const long long e = blockIdx.z;
+  const int valid = min(max(masked_m[e], 0), max_m);
+  const int m0 = tm * BM, n0 = tn * BN;
+  O* De = D + e * max_m * N;
+  if (m0 >= valid) return zero_tile<BM, BN>(De, m0, n0, max_m, N, ldd, Cfg::kThreads);
+  const int rows = min(BM, valid - m0);
+  Cfg tile;
+  tile.run(reinterpret_cast<e4m3x2*>(smem_raw), A + e * strideA, B + e * strideB, m0, rows, n0, N, K, lda, ldb);
+  tile.template store_scaled<BIAS>(De, BIAS ? bias + e * N : bias, sa + e * max_m, sb + e * N, m0, rows, n0, N, ldd);
+  zero_tile<BM, BN>(De, m0 + rows, n0, min(m0 + BM, max_m), N, ldd, Cfg::kThreads);
 }
 
 // ---------------------------------------------------------------------------
