@@ -111,6 +111,27 @@ def test_private_pool_memory_is_not_shared_after_capture(rng):
     np.testing.assert_allclose(y.to_numpy(), x.to_numpy() * 2 + 1)
 
 
+def test_graph_dropped_during_a_capture_waits_for_its_end(rng):
+    """`with gp.graph() as g:` in a loop drops the previous graph as the next
+    capture begins: destroying it (and freeing its pool) then would invalidate
+    that capture, so it waits until the capture ends; both graphs' results stay right."""
+    x = gp.from_numpy(random_array(rng, (512,), np.float32))
+    g = None
+    for i in range(3):
+        with gp.graph() as g:  # rebinding g drops the previous graph here, mid-capture
+            y = x * (i + 2) + 1
+            assert len(gp.graphs._deferred) == (1 if i else 0)
+        assert not gp.graphs._deferred  # destroyed once the capture ended
+        g.replay()
+        np.testing.assert_allclose(y.to_numpy(), x.to_numpy() * (i + 2) + 1, rtol=1e-6)
+    with gp.graph() as last:
+        del g  # an explicit drop mid-capture, too
+        z = x + 5
+    assert not gp.graphs._deferred
+    last.replay()
+    np.testing.assert_allclose(z.to_numpy(), x.to_numpy() + 5)
+
+
 def test_captures_from_two_threads(rng):
     """On the GPU two threads capture at once, each graph with its own private
     pool, and the main pool serves alone again afterwards; the CPU backend's

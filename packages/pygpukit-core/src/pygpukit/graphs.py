@@ -78,6 +78,19 @@ class _PoolRouter:
 
 
 _routing = threading.Lock()  # installs and removes the router, and graphs' pools in it
+# Graphs dropped while a capture is under way (e.g. `with gp.graph() as g:` in
+# a loop rebinds g as the next capture begins): freeing their memory or
+# destroying them then would invalidate that capture, so it waits for the
+# last capture to end.
+_deferred: list[tuple[Any, int, int, Any]] = []
+
+
+def _destroy(item: tuple[Any, int, int, Any]) -> None:
+    native, exec_, graph, _pool = item  # the graph's private memory goes with its pool, after these
+    if exec_:
+        native.graph_exec_destroy(exec_)
+    if graph:
+        native.graph_destroy(graph)
 
 
 class _Recorder:
@@ -188,10 +201,15 @@ class Graph:
         with _routing:
             if rt.backend != "cuda":
                 rt.pool, rt.ops = self._saved  # type: ignore[misc]
-                return
-            rt.pool._private.pop(self._stream.handle, None)  # type: ignore[union-attr]
-            if not rt.pool._private:  # the last capture: the main pool serves alone again
-                rt.pool = rt.ops.pool = rt.pool._main
+            else:
+                rt.pool._private.pop(self._stream.handle, None)  # type: ignore[union-attr]
+                if rt.pool._private:
+                    return
+                rt.pool = rt.ops.pool = rt.pool._main  # the last capture: the main pool serves alone again
+            pending = _deferred[:]
+            _deferred.clear()
+        for item in pending:
+            _destroy(item)
 
     # -- use -------------------------------------------------------------------
     def replay(self, stream: Stream | None = None) -> None:
@@ -214,14 +232,15 @@ class Graph:
         return len(self._log or ())
 
     def _release(self) -> None:
-        native = self._rt.native
-        if self._exec:
-            native.graph_exec_destroy(self._exec)
-        if self._graph:
-            native.graph_destroy(self._graph)
+        item = (self._rt.native, self._exec, self._graph, self._pool)
         self._exec = self._graph = 0
-        self._log = None
+        self._pool = self._log = None
         self._ready = False
+        with _routing:
+            if isinstance(self._rt.pool, _PoolRouter):  # a capture is under way (this thread's or another's)
+                _deferred.append(item)
+                return
+        _destroy(item)
 
     def __del__(self) -> None:
         try:
