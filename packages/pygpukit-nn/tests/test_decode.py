@@ -191,25 +191,27 @@ def test_errors(rng):
 
 
 def test_launch_shape():
-    """Rows in chunks of at most 4; splits fill 132 SMs 3 times in one wave, at least two steps of keys each."""
-    assert decode.launch_shape(1, 8, 32, 1, 8192, 32, 132) == (1, 4, 49)  # 392 blocks of 396 places
-    assert decode.launch_shape(1, 8, 64, 1, 8192, 32, 132) == (2, 4, 24)  # G = 8: two chunks of 4
-    assert decode.launch_shape(1, 8, 32, 3, 8192, 32, 132) == (3, 4, 16)  # 12 rows
-    assert decode.launch_shape(1, 8, 24, 2, 8192, 32, 132) == (2, 3, 24)  # 6 rows: two chunks of 3
-    assert decode.launch_shape(1, 8, 32, 1, 1024, 32, 132) == (1, 4, 16)  # short: two steps per split
-    assert decode.launch_shape(64, 8, 32, 1, 8192, 32, 132) == (1, 4, 1)  # a big batch fills the GPU alone
-    assert decode.launch_shape(1, 1, 32, 1, 1 << 20, 32, 132) == (8, 4, 49)
-    assert decode.launch_shape(1, 1, 1, 1, 1 << 20, 32, 132) == (1, 1, 128)  # at most MAX_SPLITS
-    assert [decode.block_step(d, f) for d, f in ((64, False), (128, False), (256, False), (128, True), (80, True))] == [64, 32, 16, 48, 48]
+    """Rows in chunks of at most 4; splits fill 132 SMs 3 times in one wave, at least four steps of keys each."""
+    assert decode.launch_shape(1, 8, 32, 1, 8192, 16, 132) == (1, 4, 49)  # 392 blocks of 396 places
+    assert decode.launch_shape(1, 8, 64, 1, 8192, 16, 132) == (2, 4, 24)  # G = 8: two chunks of 4
+    assert decode.launch_shape(1, 8, 32, 3, 8192, 16, 132) == (3, 4, 16)  # 12 rows
+    assert decode.launch_shape(1, 8, 24, 2, 8192, 16, 132) == (2, 3, 24)  # 6 rows: two chunks of 3
+    assert decode.launch_shape(1, 8, 32, 1, 1024, 16, 132) == (1, 4, 16)  # short: four steps per split
+    assert decode.launch_shape(64, 8, 32, 1, 8192, 16, 132) == (1, 4, 1)  # a big batch fills the GPU alone
+    assert decode.launch_shape(1, 1, 32, 1, 1 << 20, 16, 132) == (8, 4, 49)
+    assert decode.launch_shape(1, 1, 1, 1, 1 << 20, 16, 132) == (1, 1, 128)  # at most MAX_SPLITS
+    assert [decode.block_step(d, f) for d, f in ((64, False), (128, False), (256, False), (128, True), (80, True))] == [32, 16, 8, 32, 32]
 
 
-def test_kernel_compiles_for_sm80_and_sm90(need_nvrtc):
-    cases = [("pgk::bfloat16", "pgk::bfloat16", 128, 4, False), ("pgk::half", "pgk::half", 64, 1, True),
-             ("pgk::bfloat16", "pgk::float8_e4m3", 80, 3, True), ("pgk::half", "pgk::float8_e4m3", 256, 4, False),
-             ("pgk::bfloat16", "pgk::bfloat16", 96, 2, True)]  # fmt: skip
+def test_kernel_compiles_for_sm80_sm89_and_sm90(need_nvrtc):
+    knobs = (decode.WARPS, decode._keys_per_step(False), decode.STAGES, decode.BLOCKS_PER_SM)
+    fp8 = (decode.WARPS, decode._keys_per_step(True), decode.STAGES, decode.BLOCKS_PER_SM)
+    cases = [("pgk::bfloat16", "pgk::bfloat16", 128, 4, False, *knobs), ("pgk::half", "pgk::half", 64, 1, True, *knobs),
+             ("pgk::bfloat16", "pgk::float8_e4m3", 80, 3, True, *fp8), ("pgk::half", "pgk::float8_e4m3", 256, 4, False, *fp8),
+             ("pgk::bfloat16", "pgk::bfloat16", 96, 2, True, *knobs), ("pgk::bfloat16", "pgk::float8_e4m3", 128, 4, True, *fp8)]  # fmt: skip
     for case in cases:
-        for sm in (80, 90):
-            assert decode._kernel(*case).compile(sm).image[:4] == b"\x7fELF", case
+        for sm in (80, 89, 90):
+            assert decode._kernel(*case).compile(sm).image[:4] == b"\x7fELF", (case, sm)
 
 
 # -- the kernel (GPU) --------------------------------------------------------------------------

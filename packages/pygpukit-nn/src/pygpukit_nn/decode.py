@@ -10,11 +10,12 @@ h uses KV head h // (Hq / Hkv). The softmax is in float32 and the output, in
 q's dtype, is rounded once; a query with no visible key gives zeros.
 
 The CUDA kernel (kernels/decode_attn.cu) reads each K/V byte once for all the
-query heads of its KV head, splits long sequences over blocks (split-K: the
-splits fill the SMs BLOCKS_PER_SM times in one wave, each block's slice cut
-on the device from the sequence's length) and merges the slices' partial
-softmaxes in float32, in split order: results do not depend on timing. Its
-launch is planned once per call signature.
+query heads of its KV head, streamed through a ring of cp.async stages in
+shared memory (STAGES - 1 steps in flight), splits long sequences over
+blocks (split-K: the splits fill the SMs BLOCKS_PER_SM times in one wave,
+each block's slice cut on the device from the sequence's length) and
+merges the slices' partial softmaxes in float32, in a fixed order: results
+do not depend on timing. Its launch is planned once per call signature.
 """
 
 from __future__ import annotations
@@ -35,10 +36,13 @@ from .kv_cache import _CTYPES, _F8, HEAD_DIMS, Layout, _Cache, _cache_arrays_ok,
 
 MAX_TOKENS = 8  # query tokens per sequence the op takes
 ROWS_MAX = 4  # query rows (tokens x query heads of a KV head) per block; more go to several blocks
-BLOCKS_PER_SM = 3  # blocks resident per SM: the kernel's launch bounds keep it at <= 168 registers for 3
-MIN_SPLIT_STEPS = 2  # a split reads at least this many block steps of keys
-MAX_SPLITS = 128
-WARPS = 4  # kDecodeWarps in decode_attn.cu
+# The kernel's tuning knobs (module constants a sweep may set; plans made before keep theirs):
+WARPS = 4  # warps per block
+STAGES = 4  # steps of K / V per lane in the shared-memory ring: STAGES - 1 in flight while one is used
+STAGE_BYTES = 64  # K and V bytes per lane per step: 2 keys of bf16 / fp16, 4 of fp8
+BLOCKS_PER_SM = 3  # blocks resident per SM (the launch bounds: <= 65536 / (BLOCKS_PER_SM * WARPS * 32) registers a thread)
+MIN_SPLIT_STEPS = 4  # a split reads at least this many block steps of keys
+MAX_SPLITS = 128  # kDecodeMaxSplits in decode_attn.cu
 _HALF = (np.dtype(gp.bfloat16), np.dtype(gp.float16))
 _FLOATS = (*_HALF, np.dtype(np.float32), np.dtype(np.float64))
 _LOG2E = 1.4426950408889634
@@ -128,10 +132,10 @@ def reference_decode_attention(q: Any, k_cache: Any, v_cache: Any, lengths: Any,
 
 
 @functools.cache
-def _kernel(t: str, kt: str, d: int, rows: int, paged: bool) -> Any:
+def _kernel(t: str, kt: str, d: int, rows: int, paged: bool, warps: int, keys: int, stages: int, blocks: int) -> Any:
     return gp.jit(
         _kernels.source("decode_attn"),
-        f"pgk::decode_attn<{t}, {kt}, {d}, {rows}, {'true' if paged else 'false'}>",
+        f"pgk::decode_attn<{t}, {kt}, {d}, {rows}, {'true' if paged else 'false'}, {warps}, {keys}, {stages}, {blocks}>",
         signature="const void* q, void* out, const void* kc, const void* vc, const int* lengths, const int* table, "
         "const float* k_scale, const float* v_scale, float* part, int* counters, int Hq, int Hkv, int Tq, int chunks, int splits, "
         "int cap, int block_shift, int table_width, int window, float qk_scale",
@@ -139,10 +143,21 @@ def _kernel(t: str, kt: str, d: int, rows: int, paged: bool) -> Any:
     )
 
 
+def _keys_per_step(fp8: bool) -> int:
+    """Keys a lane group reads per step (KPL in decode_attn.cu): STAGE_BYTES of K and V, 16 bytes of a key per lane (8 fp8)."""
+    return max(1, STAGE_BYTES // (16 if fp8 else 32))
+
+
 def block_step(head_dim: int, fp8: bool) -> int:
     """Keys a block reads per step (STEP in decode_attn.cu)."""
     lanes = 8 if head_dim // 8 <= 8 else (16 if head_dim // 8 <= 16 else 32)
-    return WARPS * (32 // lanes) * (6 if fp8 else 4)
+    return WARPS * (32 // lanes) * _keys_per_step(fp8)
+
+
+def _smem(head_dim: int, fp8: bool, rows: int, splits: int) -> int:
+    """Dynamic shared memory bytes: the K / V ring, reused by the warps' and the splits' merges."""
+    ring = STAGES * _keys_per_step(fp8) * 2 * (8 if fp8 else 16) * WARPS * 32
+    return max(ring, 4 * WARPS * rows * (head_dim + 2), 4 * rows * (splits + 1))
 
 
 def launch_shape(batch: int, heads: int, q_heads: int, tokens: int, keys: int, step: int, sms: int) -> tuple[int, int, int]:
@@ -160,8 +175,8 @@ def launch_shape(batch: int, heads: int, q_heads: int, tokens: int, keys: int, s
 
 _PARAMS = struct.Struct("@10P9if")
 
-# Launches planned by call signature -> (function, grid x, y (KV heads), z (batch), splits, partial floats, counters,
-# the kernel's int arguments, qk scale).
+# Launches planned by call signature -> (function, grid x, y (KV heads), z (batch), threads, shared memory bytes, splits,
+# partial floats, counters, the kernel's int arguments, qk scale).
 _plans: dict[tuple, tuple] = {}
 # Split counters per stream (zero between launches: the last block of each group resets its own).
 _counters: dict[int, gp.GPUArray] = {}
@@ -173,10 +188,14 @@ def _plan(q: Any, k_cache: Any, v_cache: Any, lengths: Any, block_table: Any, k_
     rt = _runtime.get()
     chunks, rows, splits = launch_shape(lay.batch, lay.heads, hq, tq, keys, block_step(lay.head_dim, lay.fp8),
                                         rt.props["multiprocessor_count"])  # fmt: skip
-    kern = _kernel(_CTYPES[q.dtype], _CTYPES[k_cache.dtype], lay.head_dim, rows, lay.paged)
+    kern = _kernel(_CTYPES[q.dtype], _CTYPES[k_cache.dtype], lay.head_dim, rows, lay.paged, WARPS, _keys_per_step(lay.fp8), STAGES,
+                   BLOCKS_PER_SM)  # fmt: skip
+    fn = kern._function(rt)
+    smem = _smem(lay.head_dim, lay.fp8, rows, splits)
+    rt.native.function_set_max_dynamic_shared_memory(fn, _smem(lay.head_dim, lay.fp8, rows, MAX_SPLITS))  # the same for every plan of fn
     part = 0 if splits == 1 else lay.batch * tq * hq * splits * (lay.head_dim + 2)
     ints = (hq, lay.heads, tq, chunks, splits, lay.cap, lay.block_shift, lay.table_width, win)
-    return kern._function(rt), splits * chunks, lay.heads, lay.batch, splits, part, lay.batch * lay.heads * chunks, ints, sc * _LOG2E
+    return fn, splits * chunks, lay.heads, lay.batch, WARPS * 32, smem, splits, part, lay.batch * lay.heads * chunks, ints, sc * _LOG2E
 
 
 def kernel_decode_attention(q: Any, k_cache: Any, v_cache: Any, lengths: Any, block_table: Any, k_scale: Any, v_scale: Any,
@@ -196,7 +215,7 @@ def kernel_decode_attention(q: Any, k_cache: Any, v_cache: Any, lengths: Any, bl
     plan = _plans.get(key)
     if plan is None:
         plan = _plans[key] = _plan(q, k_cache, v_cache, lengths, block_table, k_scale, v_scale, max_len, scale, window, keys)
-    fn, gx, gy, gz, splits, part_n, count_n, ints, qk = plan
+    fn, gx, gy, gz, threads, smem, splits, part_n, count_n, ints, qk = plan
     if not q._contig or q._ptr % 16:
         q = q.copy()
     stream = current_stream_handle()
@@ -212,7 +231,7 @@ def kernel_decode_attention(q: Any, k_cache: Any, v_cache: Any, lengths: Any, bl
         0 if k_scale is None else k_scale._ptr, 0 if v_scale is None else v_scale._ptr,
         0 if part is None else part._ptr, 0 if counters is None else counters._ptr, *ints, qk,
     )  # fmt: skip
-    _runtime.get().native.launch(fn, gx, gy, gz, WARPS * 32, 1, 1, 0, stream, params)
+    _runtime.get().native.launch(fn, gx, gy, gz, threads, 1, 1, smem, stream, params)
     return out
 
 

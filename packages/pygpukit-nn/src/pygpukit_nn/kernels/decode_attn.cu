@@ -6,13 +6,17 @@
 //
 // Time floor: the K and V bytes of the sequences, 2 * B * Hkv * L * D * size,
 // read once from HBM (33.5 MB at B=1, Hkv=8, L=8192, D=128 bf16: ~11.5 us at
-// the H100's ~2.9 TB/s copy rate). What limits us: bytes in flight per SM
-// (Little's law wants ~20 KB at ~700 ns; we have up to 3 resident blocks x 4
-// warps x 32 lanes x 128 bytes: K and V of KPL keys, 96 bytes for fp8: 36-48
-// KB, about half of it in flight on average), then the instruction issue of the CUDA
-// cores (~70 warp instructions per key at 4 rows, ~45% of issue at full
-// bandwidth; the fp8 cache reads half the bytes per key and so leans on the
-// issue rate harder), and the last block's merge of the splits (~1 us).
+// the H100's ~2.9 TB/s copy rate), plus the launch and the first DRAM
+// latency (a few us: short contexts are latency bound). What limits us:
+// bytes in flight per SM (Little's law wants ~20 KB at ~700 ns), which the
+// shared-memory ring keeps steady (decode.py's defaults: 3 blocks x 128 lanes
+// x 3 steps x 64 bytes = 72 KB; a loop that issued a step's loads and then
+// waited for them would pay a full latency every step, most of the time of a
+// split of a few steps); then the instruction issue of the CUDA cores (~70-80
+// warp instructions per key at 4 rows, about half of issue at full bandwidth;
+// the fp8 cache reads half the bytes per key and so leans on the issue rate
+// harder); and the last block's merge of the splits (one round of L2 latency
+// for the weights, then one per 16 splits).
 //
 // Grid: x = split * chunks + chunk, y = KV head h, z = sequence b. A block
 // owns ROWS "rows" of one KV head: row r = t * G + g is query token t of
@@ -24,16 +28,18 @@
 //
 // Inside a block each key is read by a group of LPK lanes, 8 elements each
 // (16 bytes of bf16 / fp16, 8 of fp8); a warp holds 32 / LPK groups and a
-// group takes KPL keys per step, K and V of all of them requested before any
-// is used. Each group runs its own online softmax (running max m, sum l, and
-// the output accumulator, float32, in the log2 domain) over its keys, so the
-// main loop needs no barrier; only the dot products meet by shuffles across
-// the group's lanes. At the end the groups merge by shuffles, the warps
-// through shared memory. With one split the block normalizes and writes the
-// output; otherwise it writes its (m, l, acc) and the last block of the
-// (b, h, chunk) to arrive (an atomic counter, reset by that block) merges the
-// splits in split order (deterministic) and writes the output. Queries with
-// no visible key get zeros.
+// group takes KPL keys per step. A lane copies its K and V chunks with
+// cp.async into its own slots of a ring of STAGES steps in shared memory,
+// STAGES - 1 steps ahead of the one it computes (no registers held, no
+// barrier: a lane reads back only what it copied). Each group runs its own
+// online softmax (running max m, sum l, and the output accumulator, float32,
+// in the log2 domain) over its keys; only the dot products meet by shuffles
+// across the group's lanes. At the end the groups merge by shuffles, the warps
+// through shared memory (the ring's). With one split the block normalizes and
+// writes the output; otherwise it writes its (m, l, acc) and the last block of
+// the (b, h, chunk) to arrive (an atomic counter, reset by that block) merges
+// the splits in a fixed order (deterministic) and writes the output. Queries
+// with no visible key get zeros.
 //
 // Query t of a sequence of L tokens sits at position L - Tq + t (the new
 // tokens are the last Tq ones, aligned bottom-right) and sees keys j <= its
@@ -42,7 +48,7 @@
 
 namespace pgk {
 
-constexpr int kDecodeWarps = 4;
+constexpr int kDecodeMaxSplits = 128;  // MAX_SPLITS in decode.py
 
 __device__ __forceinline__ float decode_neg_inf() { return -__int_as_float(0x7f800000); }
 
@@ -121,17 +127,37 @@ template <> struct Chunk8<float8_e4m3> {
 #endif
 };
 
-template <class T, class KT, int D, int ROWS, bool PAGED>
-__global__ void __launch_bounds__(kDecodeWarps * 32, 3)
+// One cache chunk (8 or 16 bytes) copied to shared memory without passing
+// through registers; ok false: zeros (no global read).
+template <int N>
+__device__ __forceinline__ void decode_cp_async(void* dst, const void* src, bool ok) {
+  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  if constexpr (N == 16)
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(ok ? 16 : 0) : "memory");
+  else
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(d), "l"(src), "r"(ok ? 8 : 0) : "memory");
+}
+__device__ __forceinline__ void decode_cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void decode_cp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
+
+// WARPS warps; KPL keys per group per step; STAGES steps of K / V in flight
+// (or landed) in a shared-memory ring; MINB blocks per SM (the launch bounds).
+template <class T, class KT, int D, int ROWS, bool PAGED, int WARPS, int KPL, int STAGES, int MINB>
+__global__ void __launch_bounds__(WARPS * 32, MINB)
 decode_attn(const T* __restrict__ q, T* __restrict__ out, const KT* __restrict__ kc, const KT* __restrict__ vc,
             const int* __restrict__ lengths, const int* __restrict__ table, const float* __restrict__ k_scale,
             const float* __restrict__ v_scale, float* __restrict__ part, int* __restrict__ counters, int Hq, int Hkv,
             int Tq, int chunks, int splits, int cap, int block_shift, int table_width, int window, float qk_scale) {
   using C = Chunk8<KT>;
   using Raw = typename C::Raw;
-  constexpr int KPL = sizeof(KT) == 1 ? 6 : 4;  // keys per group per step: 128 (fp8: 96) bytes of K and V per lane in flight
-  constexpr int LPK = decode_lanes_per_key(D), GPW = 32 / LPK, NG = kDecodeWarps * GPW, STEP = NG * KPL;
+  constexpr int THREADS = WARPS * 32;
+  constexpr int LPK = decode_lanes_per_key(D), GPW = 32 / LPK, NG = WARPS * GPW, STEP = NG * KPL;
   const float NEG_INF = decode_neg_inf();
+  // The ring [STAGES][KPL][K, V][THREADS] of Raw (each lane reads back only its own copies: no barrier),
+  // reused by the merges at the end (the host sizes it for both).
+  extern __shared__ __align__(16) unsigned char decode_smem[];
+  Raw* const ring = reinterpret_cast<Raw*>(decode_smem) + threadIdx.x;
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int li = lane & (LPK - 1);          // elements li * 8 .. li * 8 + 7 of a key
@@ -183,47 +209,59 @@ decode_attn(const T* __restrict__ q, T* __restrict__ out, const KT* __restrict__
 #pragma unroll
     for (int e = 0; e < 8; ++e) acc[r][e] = 0.0f;
   }
-  int page[KPL];  // paged: the pages of this lane's keys of the coming step, looked up one step ahead
-#pragma unroll
-  for (int i = 0; i < KPL; ++i) {
-    const int j = k0 + i * NG + grp;
-    page[i] = PAGED && j < k1 ? tab[j >> block_shift] : 0;
-  }
-
-  for (int it = k0; it < k1; it += STEP) {  // uniform over the block: the shuffles below need every lane
-    Raw kr[KPL], vr[KPL];
+  // Step s: keys k0 + s * STEP + i * NG + grp, i < KPL. Its K and V are
+  // requested STAGES - 1 steps before it is used, so a lane keeps up to
+  // (STAGES - 1) * KPL keys' bytes in flight; paged, its pages are looked up
+  // a step before that (the first STAGES steps' all at once).
+  const int steps = (max(k1 - k0, 0) + STEP - 1) / STEP;
+  auto lookup = [&](int s, int (&page)[KPL]) {
 #pragma unroll
     for (int i = 0; i < KPL; ++i) {
-      const int j = it + i * NG + grp;
-      if (j < k1 && lane_on) {
-        const long long a = row_of(j, page[i]) + li * 8;
-        kr[i] = *reinterpret_cast<const Raw*>(kc + a);
-        vr[i] = *reinterpret_cast<const Raw*>(vc + a);
-      } else {
-        kr[i] = Raw{};
-        vr[i] = Raw{};
-      }
+      const int j = k0 + s * STEP + i * NG + grp;
+      page[i] = j < k1 ? tab[j >> block_shift] : 0;
     }
-    if constexpr (PAGED) {
+  };
+  auto issue = [&](int s, const int (&page)[KPL]) {  // a commit group per step (empty past the end: the wait counts steps)
+    if (s < steps) {
+      Raw* st = ring + (s % STAGES) * (KPL * 2 * THREADS);
 #pragma unroll
       for (int i = 0; i < KPL; ++i) {
-        const int j = it + STEP + i * NG + grp;
-        page[i] = j < k1 ? tab[j >> block_shift] : 0;
+        const int j = k0 + s * STEP + i * NG + grp;
+        const bool ok = j < k1 && lane_on;  // otherwise zeros: a zero dot (masked) and a zero value
+        const long long a = ok ? row_of(j, page[i]) + li * 8 : 0;
+        decode_cp_async<sizeof(Raw)>(st + 2 * i * THREADS, kc + a, ok);
+        decode_cp_async<sizeof(Raw)>(st + (2 * i + 1) * THREADS, vc + a, ok);
       }
     }
+    decode_cp_commit();
+  };
+  int pages[STAGES][KPL] = {};
+  if constexpr (PAGED)
+#pragma unroll
+    for (int s = 0; s < STAGES; ++s) lookup(s, pages[s]);
+#pragma unroll
+  for (int s = 0; s < STAGES - 1; ++s) issue(s, pages[s]);
+  int (&next)[KPL] = pages[STAGES - 1];  // the pages of the next step to issue
+
+  for (int s = 0; s < steps; ++s) {  // uniform over the block: the shuffles below need every lane
+    issue(s + STAGES - 1, next);  // into the stage step s - 1 used (this lane's reads of it are done)
+    if constexpr (PAGED) lookup(s + STAGES, next);
+    decode_cp_wait<STAGES - 1>();  // step s has landed
+    const Raw* st = ring + (s % STAGES) * (KPL * 2 * THREADS);
+    const int it = k0 + s * STEP;
 
     // Scores (log2 domain): the lane's 8-element dot products, summed over the group.
-    float s[ROWS][KPL];
+    float sc[ROWS][KPL];
 #pragma unroll
     for (int i = 0; i < KPL; ++i) {
       float kf[8];
-      C::unpack(kr[i], kf);
+      C::unpack(st[2 * i * THREADS], kf);
 #pragma unroll
       for (int r = 0; r < ROWS; ++r) {
         float d = 0.0f;
 #pragma unroll
         for (int e = 0; e < 8; ++e) d = fmaf(qf[r][e], kf[e], d);
-        s[r][i] = d;
+        sc[r][i] = d;
       }
     }
 #pragma unroll
@@ -231,17 +269,17 @@ decode_attn(const T* __restrict__ q, T* __restrict__ out, const KT* __restrict__
 #pragma unroll
       for (int r = 0; r < ROWS; ++r)
 #pragma unroll
-        for (int i = 0; i < KPL; ++i) s[r][i] += __shfl_xor_sync(0xffffffffu, s[r][i], off);
+        for (int i = 0; i < KPL; ++i) sc[r][i] += __shfl_xor_sync(0xffffffffu, sc[r][i], off);
 
-    // Masks, then the online softmax update; s becomes the weights.
+    // Masks, then the online softmax update; sc becomes the weights.
 #pragma unroll
     for (int r = 0; r < ROWS; ++r) {
       float mx = m[r];
 #pragma unroll
       for (int i = 0; i < KPL; ++i) {
         const int j = it + i * NG + grp;
-        if (!(j < k1 && j <= pos[r] && (window <= 0 || j > pos[r] - window))) s[r][i] = NEG_INF;
-        mx = fmaxf(mx, s[r][i]);
+        if (!(j < k1 && j <= pos[r] && (window <= 0 || j > pos[r] - window))) sc[r][i] = NEG_INF;
+        mx = fmaxf(mx, sc[r][i]);
       }
       const float base = mx == NEG_INF ? 0.0f : mx;  // no visible key yet: every weight is exp2(-inf) = 0
       const float alpha = exp2f(m[r] - base);
@@ -251,18 +289,18 @@ decode_attn(const T* __restrict__ q, T* __restrict__ out, const KT* __restrict__
       for (int e = 0; e < 8; ++e) acc[r][e] *= alpha;
 #pragma unroll
       for (int i = 0; i < KPL; ++i) {
-        s[r][i] = exp2f(s[r][i] - base);
-        l[r] += s[r][i];
+        sc[r][i] = exp2f(sc[r][i] - base);
+        l[r] += sc[r][i];
       }
     }
 #pragma unroll
     for (int i = 0; i < KPL; ++i) {
       float vf[8];
-      C::unpack(vr[i], vf);
+      C::unpack(st[(2 * i + 1) * THREADS], vf);
 #pragma unroll
       for (int r = 0; r < ROWS; ++r)
 #pragma unroll
-        for (int e = 0; e < 8; ++e) acc[r][e] = fmaf(s[r][i], vf[e], acc[r][e]);
+        for (int e = 0; e < 8; ++e) acc[r][e] = fmaf(sc[r][i], vf[e], acc[r][e]);
     }
   }
 
@@ -282,19 +320,21 @@ decode_attn(const T* __restrict__ q, T* __restrict__ out, const KT* __restrict__
       m[r] = mx;
     }
 
-  // ... and the warps through shared memory.
-  __shared__ float s_m[kDecodeWarps][ROWS], s_l[kDecodeWarps][ROWS];
-  __shared__ __align__(16) float s_acc[kDecodeWarps][ROWS][D];
+  // ... and the warps through shared memory, once every warp is done with the ring.
+  float* s_acc = reinterpret_cast<float*>(decode_smem);  // [WARPS][ROWS][D]
+  float* s_m = s_acc + WARPS * ROWS * D;                 // [WARPS][ROWS]
+  float* s_l = s_m + WARPS * ROWS;
+  __syncthreads();
   if (lane < LPK) {
 #pragma unroll
     for (int r = 0; r < ROWS; ++r) {
       if (lane == 0) {
-        s_m[warp][r] = m[r];
-        s_l[warp][r] = l[r];
+        s_m[warp * ROWS + r] = m[r];
+        s_l[warp * ROWS + r] = l[r];
       }
       if (lane_on)
 #pragma unroll
-        for (int e = 0; e < 8; ++e) s_acc[warp][r][li * 8 + e] = acc[r][e];
+        for (int e = 0; e < 8; ++e) s_acc[(warp * ROWS + r) * D + li * 8 + e] = acc[r][e];
     }
   }
   __syncthreads();
@@ -303,19 +343,19 @@ decode_attn(const T* __restrict__ q, T* __restrict__ out, const KT* __restrict__
   const long long rows_total = (long long)gridDim.z * Tq * Hq;
   float* part_ml = part + rows_total * splits * D;  // (rows_total, splits) pairs (m, l) after the accumulators
   // Item i: row i / (D / 4), elements 4 * (i % (D / 4)) .. + 3.
-  for (int i = threadIdx.x; i < ROWS * (D / 4); i += kDecodeWarps * 32) {
+  for (int i = threadIdx.x; i < ROWS * (D / 4); i += THREADS) {
     const int r = i / (D / 4), d = 4 * (i % (D / 4)), rr = chunk * ROWS + r;
     if (rr >= R) continue;
     float mx = NEG_INF;
 #pragma unroll
-    for (int w = 0; w < kDecodeWarps; ++w) mx = fmaxf(mx, s_m[w][r]);
+    for (int w = 0; w < WARPS; ++w) mx = fmaxf(mx, s_m[w * ROWS + r]);
     const float base = mx == NEG_INF ? 0.0f : mx;
     float lsum = 0.0f, o[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
-    for (int w = 0; w < kDecodeWarps; ++w) {
-      const float c = exp2f(s_m[w][r] - base);
-      lsum += s_l[w][r] * c;
-      const float4 a = *reinterpret_cast<const float4*>(&s_acc[w][r][d]);
+    for (int w = 0; w < WARPS; ++w) {
+      const float c = exp2f(s_m[w * ROWS + r] - base);
+      lsum += s_l[w * ROWS + r] * c;
+      const float4 a = *reinterpret_cast<const float4*>(&s_acc[(w * ROWS + r) * D + d]);
       o[0] += a.x * c, o[1] += a.y * c, o[2] += a.z * c, o[3] += a.w * c;
     }
     const long long row = (long long)(b * Tq + rr / G) * Hq + h * G + rr % G;
@@ -341,26 +381,54 @@ decode_attn(const T* __restrict__ q, T* __restrict__ out, const KT* __restrict__
   __syncthreads();
   if (!s_last) return;
   __threadfence();
-  for (int i = threadIdx.x; i < ROWS * (D / 4); i += kDecodeWarps * 32) {
-    const int r = i / (D / 4), d = 4 * (i % (D / 4)), rr = chunk * ROWS + r;
+  // A warp per row weighs the splits, c = exp2(m - max m), and sums l * c: all
+  // its (m, l) loaded at once (__ldcg: from L2, where the other blocks' partials are).
+  float* s_c = reinterpret_cast<float*>(decode_smem);  // [ROWS][splits], then the ROWS sums (s_acc is done)
+  float* s_sum = s_c + ROWS * splits;
+  for (int r = warp; r < ROWS; r += WARPS) {
+    const int rr = chunk * ROWS + r;
     if (rr >= R) continue;
     const long long row = (long long)(b * Tq + rr / G) * Hq + h * G + rr % G;
     const float2* ml = reinterpret_cast<const float2*>(part_ml) + row * splits;
-    const float4* pa = reinterpret_cast<const float4*>(part + row * splits * D + d);
-    float mx = NEG_INF;  // __ldcg: from L2, where the other blocks' partials are
-#pragma unroll 8
-    for (int sp = 0; sp < splits; ++sp) mx = fmaxf(mx, __ldcg(ml + sp).x);
-    const float base = mx == NEG_INF ? 0.0f : mx;
-    float lsum = 0.0f, o[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll 8
-    for (int sp = 0; sp < splits; ++sp) {
-      const float2 p = __ldcg(ml + sp);
-      const float4 a = __ldcg(pa + (long long)sp * (D / 4));
-      const float c = exp2f(p.x - base);
-      lsum += p.y * c;
-      o[0] += a.x * c, o[1] += a.y * c, o[2] += a.z * c, o[3] += a.w * c;
+    float2 p[kDecodeMaxSplits / 32];
+    float mx = NEG_INF;
+#pragma unroll
+    for (int k = 0; k < kDecodeMaxSplits / 32; ++k) {
+      const int sp = lane + 32 * k;
+      p[k] = sp < splits ? __ldcg(ml + sp) : make_float2(NEG_INF, 0.0f);
+      mx = fmaxf(mx, p[k].x);
     }
-    const float f = lsum > 0.0f ? vs / lsum : 0.0f;
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+    const float base = mx == NEG_INF ? 0.0f : mx;
+    float lsum = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kDecodeMaxSplits / 32; ++k) {
+      const int sp = lane + 32 * k;
+      if (sp < splits) {
+        const float c = exp2f(p[k].x - base);
+        s_c[r * splits + sp] = c;
+        lsum += p[k].y * c;
+      }
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) lsum += __shfl_xor_sync(0xffffffffu, lsum, off);
+    if (lane == 0) s_sum[r] = lsum;
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < ROWS * (D / 4); i += THREADS) {
+    const int r = i / (D / 4), d = 4 * (i % (D / 4)), rr = chunk * ROWS + r;
+    if (rr >= R) continue;
+    const long long row = (long long)(b * Tq + rr / G) * Hq + h * G + rr % G;
+    const float4* pa = reinterpret_cast<const float4*>(part + row * splits * D + d);
+    const float* c = s_c + r * splits;
+    float o[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll 16
+    for (int sp = 0; sp < splits; ++sp) {  // in split order: deterministic
+      const float4 a = __ldcg(pa + (long long)sp * (D / 4));
+      o[0] += a.x * c[sp], o[1] += a.y * c[sp], o[2] += a.z * c[sp], o[3] += a.w * c[sp];
+    }
+    const float f = s_sum[r] > 0.0f ? vs / s_sum[r] : 0.0f;
     Vec<T, 4> y;
 #pragma unroll
     for (int e = 0; e < 4; ++e) y.v[e] = T(o[e] * f);
