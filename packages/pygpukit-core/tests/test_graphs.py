@@ -116,7 +116,6 @@ def test_graph_dropped_during_a_capture_waits_for_its_end(rng):
     capture begins: destroying it (and freeing its pool) then would invalidate
     that capture, so it waits until the capture ends; both graphs' results stay right."""
     x = gp.from_numpy(random_array(rng, (512,), np.float32))
-    g = None
     for i in range(3):
         with gp.graph() as g:  # rebinding g drops the previous graph here, mid-capture
             y = x * (i + 2) + 1

@@ -117,6 +117,28 @@ def test_compile_error_shows_the_log(need_nvrtc, tmp_path, monkeypatch):
     assert "bad.cu(2)" in info.value.log
 
 
+def test_cache_key_covers_the_included_headers(tmp_path):
+    """A changed, added or renamed header under the include directory changes
+    every key: an upgrade that edits pgk/*.cuh must not reuse old binaries."""
+    inc = tmp_path / "include" / "pgk"
+    inc.mkdir(parents=True)
+    (inc / "a.cuh").write_text("int a;")
+
+    def key():
+        cache.headers_digest.cache_clear()
+        return cache.make_key("src", ["-O3"], ["k"], (13, 0), "cubin", cache.headers_digest(str(tmp_path / "include")))
+
+    first = key()
+    assert key() == first
+    (inc / "a.cuh").write_text("int a2;")
+    second = key()
+    (inc / "b.cuh").write_text("")
+    third = key()
+    (inc / "b.cuh").rename(inc / "c.cuh")
+    assert len({first, second, third, key()}) == 4
+    assert cache.make_key("src", ["-O3"], ["k"], (13, 0), "cubin", "x") != cache.make_key("src", ["-O3"], ["k"], (13, 0), "cubin", "y")
+
+
 def test_disk_cache_hit_after_restart(need_nvrtc, tmp_path):
     env = dict(os.environ, PYGPUKIT_CACHE_DIR=str(tmp_path), PYGPUKIT_JIT_DEBUG="1")
     code = f"import pygpukit as gp; gp.jit({SAXPY!r}, 'saxpy').compile(sm=90)"

@@ -119,6 +119,41 @@ def test_gemv_linear_against_float64(rng, dtype, xshape):
     assert gp.ops.which("linear", gx, gw[:, :8]) != "gemm:gemv"  # a strided weight: not the kernel's case
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("group", [64, 128, 256])
+@pytest.mark.parametrize("dtype", [gp.bfloat16, gp.float16], ids=str)
+@pytest.mark.parametrize("rows", [1, 5, 8])
+def test_int4_tensor_core_gemv(rng, group, dtype, rows):
+    """int4 weights with groups of a multiple of 128 take the tensor-core
+    kernel (several steps a group at 256, a partial last block of columns),
+    others the FFMA one; both against float64 over the dequantized weight."""
+    from pygpukit_gemm import gemv
+
+    n, k = 1000, 1536
+    qw = quantize_weight(gp.from_numpy(rng.standard_normal((n, k)).astype(np.float32)), "int4", group_size=group)
+    x = rng.standard_normal((rows, k)).astype(dtype)
+    ref = x.astype(np.float64) @ dequantize_weight(qw, gp.float64).to_numpy().T
+    got = gp.ops.qlinear(gp.from_numpy(x), qw).to_numpy().astype(np.float64)
+    assert np.max(np.abs(got - ref)) / np.max(np.abs(ref)) < 1e-2
+    assert gemv.variant("int4", dtype, group) == ("int4" if group == 64 else "int4_mma")
+
+
+def test_gemv_variant_and_grid():
+    """Which kernel a format takes, and its blocks: 16 columns a block on tensor cores."""
+    from pygpukit_gemm import gemv
+
+    assert gemv.variant("int4", gp.bfloat16, 128) == gemv.variant("int4", gp.float16, 256) == "int4_mma"
+    assert gemv.variant("int4", gp.float32, 128) == "int4" and gemv.variant("int4", gp.bfloat16, 64) == "int4"
+    assert gemv.variant("int8", gp.bfloat16, 128) == "int8"
+    assert gemv.grid_of("int4_mma", (4, 2), 1000) == 63 and gemv.grid_of("int8", (4, 4), 1000) == 63
+    assert gemv.grid_of("plain", (8, 1), 1001) == 126
+    # int4 on tensor cores: warps a block to bring the grid near MMA_WARPS_PER_SM a SM, 4 to 16, at most K / 128
+    assert gemv.tile_of("int4_mma", 1, 14336, 4096, 132) == (4, 1)  # 896 blocks
+    assert gemv.tile_of("int4_mma", 8, 4096, 14336, 132) == (16, 1)  # 256 blocks
+    assert gemv.tile_of("int4_mma", 1, 896, 4864, 132) == (16, gemv.MMA_DEEP)  # 56 blocks: fewer than SMs
+    assert gemv.tile_of("int4_mma", 1, 64, 256, 132)[0] == 2  # two steps of K
+
+
 def test_quantized_weight_is_plain_data():
     qw = quantize_weight(gp.ones((2, 64)), "int4", group_size=64)
     assert isinstance(qw, QuantizedWeight) and qw.format == "int4" and qw.group_size == 64 and qw.scales.shape == (2, 1)
@@ -144,5 +179,10 @@ def test_gemv_kernels_compile_for_sm80_and_sm90(tmp_path, monkeypatch):
                 if fmt == "plain" and dtype not in gemv.HALF:
                     continue
                 kernel = gemv.kernel(rows, fmt, ctype)
+                for sm in (80, 90) if rows in (1, gemv.MAX_ROWS) else (90,):
+                    assert kernel.compile(sm).image[:4] == b"\x7fELF"
+        for ctype in ("pgk::bfloat16", "pgk::half"):  # int4 on tensor cores, at the tiles tile_of gives
+            for tile in {gemv.tile_of("int4_mma", rows, n, k) for n, k in ((14336, 4096), (4096, 14336), (64, 128))}:
+                kernel = gemv.kernel(rows, "int4_mma", ctype, tile)
                 for sm in (80, 90) if rows in (1, gemv.MAX_ROWS) else (90,):
                     assert kernel.compile(sm).image[:4] == b"\x7fELF"

@@ -192,13 +192,13 @@ def test_errors(rng):
 
 def test_launch_shape():
     """Rows in chunks of at most 4; splits fill 132 SMs 3 times in one wave, at least four steps of keys each."""
-    assert decode.launch_shape(1, 8, 32, 1, 8192, 16, 132) == (1, 4, 49)  # 392 blocks of 396 places
-    assert decode.launch_shape(1, 8, 64, 1, 8192, 16, 132) == (2, 4, 24)  # G = 8: two chunks of 4
-    assert decode.launch_shape(1, 8, 32, 3, 8192, 16, 132) == (3, 4, 16)  # 12 rows
-    assert decode.launch_shape(1, 8, 24, 2, 8192, 16, 132) == (2, 3, 24)  # 6 rows: two chunks of 3
+    assert decode.launch_shape(1, 8, 32, 1, 8192, 16, 132) == (1, 4, 33)  # 264 blocks of 264 places
+    assert decode.launch_shape(1, 8, 64, 1, 8192, 16, 132) == (2, 4, 16)  # G = 8: two chunks of 4
+    assert decode.launch_shape(1, 8, 32, 3, 8192, 16, 132) == (3, 4, 11)  # 12 rows
+    assert decode.launch_shape(1, 8, 24, 2, 8192, 16, 132) == (2, 3, 16)  # 6 rows: two chunks of 3
     assert decode.launch_shape(1, 8, 32, 1, 1024, 16, 132) == (1, 4, 16)  # short: four steps per split
     assert decode.launch_shape(64, 8, 32, 1, 8192, 16, 132) == (1, 4, 1)  # a big batch fills the GPU alone
-    assert decode.launch_shape(1, 1, 32, 1, 1 << 20, 16, 132) == (8, 4, 49)
+    assert decode.launch_shape(1, 1, 32, 1, 1 << 20, 16, 132) == (8, 4, 33)
     assert decode.launch_shape(1, 1, 1, 1, 1 << 20, 16, 132) == (1, 1, 128)  # at most MAX_SPLITS
     assert [decode.block_step(d, f) for d, f in ((64, False), (128, False), (256, False), (128, True), (80, True))] == [32, 16, 8, 32, 32]
 

@@ -21,30 +21,59 @@ from pygpukit.streams import current_stream_handle
 
 MAX_ROWS = 8  # rows of activations the kernel takes
 # format -> ((warps per block, output columns per warp) up to SMALL rows, and above):
-# the fastest on an H100 at Llama-3-8B's MLP shapes (4096 <-> 14336), bf16 activations
+# the fastest on an H100 at Llama-3-8B's MLP shapes (4096 <-> 14336), bf16 activations.
 TILES = {"plain": ((8, 1), (4, 4)), "int8": ((16, 2), (4, 4)), "int4": ((4, 4), (4, 4)), "fp8": ((8, 2), (4, 4))}
+# "int4_mma" (int4 weights on tensor cores, half activations, groups of 128k):
+# 16 columns a block (the mma tile's rows); warps a block (taking turns over
+# K) as many as bring the grid to MMA_WARPS_PER_SM a SM, 4 to 16; a warp's
+# steps in flight: one, or MMA_DEEP where the grid has fewer blocks than SMs
+# (there a warp's own latency is the time). Both ran fastest on an H100 at
+# Llama-3-8B's and Qwen2-0.5B's MLP shapes.
+MMA_WARPS_PER_SM = 24
+MMA_DEEP = 3
 SMALL = 2
 _FORMATS = {"int8": "pgk::Int8", "int4": "pgk::Int4", "fp8": "pgk::Fp8"}
 _CTYPES = {np.dtype(gp.bfloat16): "pgk::bfloat16", np.dtype(gp.float16): "pgk::half", np.dtype(gp.float32): "float"}
 HALF = (np.dtype(gp.bfloat16), np.dtype(gp.float16))
 
 
-def tile_of(fmt: str, rows: int) -> tuple[int, int]:
-    """(warps per block, columns per warp) for ``rows`` rows of ``fmt``."""
+def tile_of(fmt: str, rows: int, n: int = 0, k: int = 0, sms: int = 132) -> tuple[int, int]:
+    """(warps per block, columns per warp) for ``rows`` rows of ``fmt``; for
+    "int4_mma", (warps per block, steps in flight) for an (n, k) weight on ``sms`` SMs."""
+    if fmt == "int4_mma":
+        blocks = max(1, -(-n // 16))
+        want = -(-MMA_WARPS_PER_SM * sms // blocks)
+        return min(16, max(4, 1 << (want - 1).bit_length()), max(1, k // 128)), MMA_DEEP if blocks < sms else 1
     small, large = TILES[fmt]
     return small if rows <= SMALL else large
 
 
+def variant(fmt: str, dtype: Any, group: int) -> str:
+    """The kernel for ``fmt`` weights (groups of ``group``) and ``dtype`` activations:
+    int4 with half activations and groups of a multiple of 128 runs on tensor cores."""
+    return "int4_mma" if fmt == "int4" and np.dtype(dtype) in HALF and group % 128 == 0 else fmt
+
+
+def grid_of(fmt: str, tile: tuple[int, int], n: int) -> int:
+    """Blocks for ``n`` output columns."""
+    warps, cols = tile
+    return -(-n // (16 if fmt == "int4_mma" else warps * cols))
+
+
 @cache
 def kernel(rows: int, fmt: str, ctype: str, tile: tuple[int, int] | None = None) -> Any:
-    """The kernel for ``rows`` rows of ``ctype`` activations and ``fmt`` weights."""
+    """The kernel for ``rows`` rows of ``ctype`` activations and ``fmt`` weights (a ``variant``)."""
+    warps, cols = tile or tile_of(fmt, rows)
+    if fmt == "int4_mma":
+        expr = f"pgk::gemv_int4_mma<{rows}, {warps}, {cols}, {ctype}>"
+    else:
+        weight = f"pgk::Plain<{ctype}>" if fmt == "plain" else _FORMATS[fmt]
+        expr = f"pgk::gemv<{rows}, {weight}, {warps}, {cols}, {ctype}>"
     with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels", "gemv.cu")) as f:
         source = f.read()
-    warps, cols = tile or tile_of(fmt, rows)
-    weight = f"pgk::Plain<{ctype}>" if fmt == "plain" else _FORMATS[fmt]
     return gp.jit(
         source,
-        f"pgk::gemv<{rows}, {weight}, {warps}, {cols}, {ctype}>",
+        expr,
         signature="const void* x, const void* q, const void* scales, const void* bias, void* y, int N, int K, int G",
         name="gemv.cu",
     )
@@ -84,9 +113,10 @@ def _first(x: gp.GPUArray, q: gp.GPUArray, scales: Any, fmt: str, n: int, k: int
             b = b.copy()
     y = gp.empty((rows, n), x.dtype)
     if rows:
-        kern = kernel(rows, fmt, _CTYPES[np.dtype(x.dtype)])
-        warps, cols = tile_of(fmt, rows)
-        grid = -(-n // (warps * cols))
+        kind = variant(fmt, x.dtype, group)
+        tile = tile_of(kind, rows, n, k, _runtime.get().props["multiprocessor_count"])
+        kern = kernel(rows, kind, _CTYPES[np.dtype(x.dtype)], tile)
+        warps, grid = tile[0], grid_of(kind, tile, n)
         kern(grid, warps * 32, x2, q, scales, b, y, n, k, group)
         if direct:
             bkey = None if bias is None else (bias._shape, bias._dtype, bias._contig)

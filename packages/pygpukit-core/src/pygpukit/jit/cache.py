@@ -1,7 +1,9 @@
 """On-disk cache of compiled kernels.
 
 One file per compilation, named by the SHA-256 of everything that decides the
-output (source, options, name expressions, NVRTC version, target). A file is
+output (source, options, name expressions, NVRTC version, target, and the
+built-in headers a source may include: an upgrade that changes one of them
+must not find the old binaries). A file is
 written to a temporary name in the same directory and renamed into place, so
 readers see either nothing or a whole file; a file that does not parse is
 ignored and rewritten. Location: ``PYGPUKIT_CACHE_DIR``, else
@@ -10,11 +12,13 @@ ignored and rewritten. Location: ``PYGPUKIT_CACHE_DIR``, else
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import struct
 import warnings
 from dataclasses import dataclass
+from functools import cache
 
 FORMAT_VERSION = 1
 _MAGIC = b"PGKK"
@@ -38,11 +42,26 @@ def cache_dir() -> str:
     return os.path.join(base, "pygpukit", "kernels")
 
 
-def make_key(source: str, options: list[str], name_expressions: list[str], nvrtc_version: tuple[int, int], target: str) -> str:
-    import hashlib
-
+@cache
+def headers_digest(include_dir: str) -> str:
+    """SHA-256 over the names and contents of the headers under ``include_dir``."""
     h = hashlib.sha256()
-    for part in (str(FORMAT_VERSION), source, "\0".join(options), "\0".join(name_expressions), "%d.%d" % nvrtc_version, target):
+    for root, dirs, files in os.walk(include_dir):
+        dirs.sort()
+        for name in sorted(files):
+            path = os.path.join(root, name)
+            h.update(os.path.relpath(path, include_dir).encode() + b"\0")
+            with open(path, "rb") as f:
+                h.update(f.read())
+    return h.hexdigest()
+
+
+def make_key(
+    source: str, options: list[str], name_expressions: list[str], nvrtc_version: tuple[int, int], target: str, headers: str
+) -> str:
+    """The cache key; ``headers``: the ``headers_digest`` of the include directory."""
+    h = hashlib.sha256()
+    for part in (str(FORMAT_VERSION), source, "\0".join(options), "\0".join(name_expressions), "%d.%d" % nvrtc_version, target, headers):
         h.update(part.encode())
         h.update(b"\x01")
     return h.hexdigest()

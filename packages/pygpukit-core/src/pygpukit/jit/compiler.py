@@ -51,7 +51,7 @@ def compile_source(
     info = nvrtc.load()
     kind, arch = choose_target(sm, arch_suffix)
     opts = [*BASE_OPTIONS, f"--gpu-architecture={arch}", *options]
-    key = cache.make_key(source, opts, list(name_expressions), info.version, kind)
+    key = cache.make_key(source, opts, list(name_expressions), info.version, kind, cache.headers_digest(INCLUDE_DIR))
     t0 = time.perf_counter()
     hit = cache.read(key)
     if hit is not None:

@@ -6,7 +6,8 @@
 //          each nibble the value + 8 (values -8..7), w = q * s[n, k / G];
 //   Fp8:   q float8_e4m3fn [N, K], w = q * s[n, k / G] (s float32).
 // Integer scales are half, symmetric (no zero point). Row n of the weight is
-// contiguous, as in a Linear layer.
+// contiguous, as in a Linear layer. Int4 weights with half / bfloat16
+// activations and groups of 128k run on tensor cores (gemv_int4_mma, below).
 //
 // A warp computes COLS output columns for all M rows; a block has WARPS warps.
 // Per step each lane reads 16 bytes of every column's weights (one group, as
@@ -23,7 +24,7 @@
 // step (L1-cached: every warp reads the same x) and used for every column;
 // the group scale is applied once per chunk; the warp's partial sums meet by
 // shuffles.
-#include "pgk/types.cuh"
+#include "pgk/mma.cuh"
 
 namespace pgk {
 
@@ -216,6 +217,122 @@ gemv(const TX* __restrict__ x, const unsigned char* __restrict__ q, const void* 
       for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
       if (lane == 0 && n0 + c < N) y[(long long)m * N + n0 + c] = TX(bias ? v + to_f(bias[n0 + c]) : v);
     }
+}
+
+// int4 weights with half / bfloat16 activations and groups of a multiple of
+// 128 values: the products on tensor cores. Per weight the FFMA kernel above
+// spends a PRMT, an FADD and an FFMA, for each row (about 6 instructions a
+// weight at M = 1 as measured, and M = 8 took 2.8x as long as M = 1). Here two nibbles become
+// two exact 16-bit values with one LOP3 (and a shift): (w >> 4i) & 0x000F000F
+// under the exponent of 128 (bf16) or 1024 (half) is 128 + n, and one packed
+// FMA takes 136 (1032) off; mma.sync m16n8k16 then does 256 products per
+// instruction. A 16-row tile of the weight is the mma's A (16 x 16 per k16),
+// the activation rows its B columns (M <= 8 of 8), so the cost does not grow
+// with M. The k order inside a step is free as long as A and B agree: a
+// register's two values are the nibbles (k, k + 4) of one 32-bit word, and
+// the activations are paired the same way by one PRMT.
+// Lane (r, q) = (lane / 4, lane % 4) reads 16 bytes (32 values) of weight
+// rows r and r + 8 at k = 128 s + 32 q, and row r of the activations there; a
+// step of 128 values is one group, so the step's product is scaled once per
+// row and added to the float32 sum. A block's WARPS warps take every
+// WARPS-th step of the same 16 rows (more loads in flight over short K loops)
+// and meet in shared memory; each warp keeps DEPTH steps of weights in flight.
+template <class TX> struct Int4Mma;
+template <> struct Int4Mma<bfloat16> {
+  static constexpr unsigned kMagic = 0x43004300u;  // 128, 128
+  __device__ __forceinline__ static unsigned unbias(unsigned v) {  // 128 + n -> n - 8, exactly
+    unsigned d;
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(v), "r"(0x3F803F80u), "r"(0xC308C308u));  // * 1 - 136
+    return d;
+  }
+};
+template <> struct Int4Mma<half> {
+  static constexpr unsigned kMagic = 0x64006400u;  // 1024, 1024
+  __device__ __forceinline__ static unsigned unbias(unsigned v) {
+    unsigned d;
+    asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(v), "r"(0x3C003C00u), "r"(0xE408E408u));  // * 1 - 1032
+    return d;
+  }
+};
+
+template <int M, int WARPS, int DEPTH, class TX>
+__global__ void __launch_bounds__(WARPS * 32)
+gemv_int4_mma(const TX* __restrict__ x, const unsigned char* __restrict__ q, const half* __restrict__ scales,
+              const TX* __restrict__ bias, TX* __restrict__ y, int N, int K, int G) {
+  using C = Int4Mma<TX>;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int r = lane >> 2, quad = lane & 3;
+  const int n0 = blockIdx.x * 16;
+  const long long row_bytes = K / 2;
+  const int groups = K / G, steps = K / 128;
+  const int rows[2] = {min(n0 + r, N - 1), min(n0 + r + 8, N - 1)};  // rows past N repeat the last one, never stored
+  const TX* xr = x + (long long)min(r, M - 1) * K + quad * 32;
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  // A ring of DEPTH steps of weights and scales in registers: the warp's
+  // next DEPTH - 1 steps are in flight while one is used (a warp's steps are
+  // few, so each one waited for would cost a whole DRAM latency).
+  uint4 w[DEPTH][2];
+  half sc[DEPTH][2];
+  auto load = [&](uint4 (&dw)[2], half (&ds)[2], int s) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      dw[h] = reinterpret_cast<const uint4*>(q + rows[h] * row_bytes)[s * 4 + quad];
+      ds[h] = scales[(long long)rows[h] * groups + (long long)s * 128 / G];
+    }
+  };
+#pragma unroll
+  for (int i = 0; i < DEPTH; ++i)
+    if (warp + i * WARPS < steps) load(w[i], sc[i], warp + i * WARPS);
+  for (int s0 = warp; s0 < steps; s0 += DEPTH * WARPS) {
+#pragma unroll
+    for (int i = 0; i < DEPTH; ++i) {  // slot i holds step s0 + i * WARPS (unrolled: the ring stays in registers)
+      const int s = s0 + i * WARPS;
+      if (s >= steps) break;
+      uint4 xa[4];  // this lane's 32 activations (row r; zeros past M)
+#pragma unroll
+      for (int v = 0; v < 4; ++v)
+        xa[v] = r < M ? reinterpret_cast<const uint4*>(xr + (long long)s * 128)[v] : make_uint4(0, 0, 0, 0);
+      float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {  // word j: k = 8j .. 8j + 7 of the lane's 32
+        const unsigned xw[4] = {xa[j].x, xa[j].y, xa[j].z, xa[j].w};
+        const unsigned ww[2] = {(&w[i][0].x)[j], (&w[i][1].x)[j]};
+        unsigned a[2][4], b[4];
+#pragma unroll
+        for (int p = 0; p < 4; ++p) {  // pair p: k = 8j + p and 8j + 4 + p
+          b[p] = __byte_perm(xw[p >> 1], xw[2 + (p >> 1)], (p & 1) ? 0x7632u : 0x5410u);
+#pragma unroll
+          for (int h = 0; h < 2; ++h) a[h][p] = C::unbias(((ww[h] >> (4 * p)) & 0x000F000Fu) | C::kMagic);
+        }
+        const unsigned a01[4] = {a[0][0], a[1][0], a[0][1], a[1][1]}, a23[4] = {a[0][2], a[1][2], a[0][3], a[1][3]};
+        mma16816<TX>(d, a01, b[0], b[1]);
+        mma16816<TX>(d, a23, b[2], b[3]);
+      }
+      // d: rows r (d[0], d[1]) and r + 8 (d[2], d[3]) of the tile, activation rows 2q and 2q + 1
+      const float s0f = static_cast<float>(sc[i][0]), s1f = static_cast<float>(sc[i][1]);
+      acc[0] = fmaf(d[0], s0f, acc[0]);
+      acc[1] = fmaf(d[1], s0f, acc[1]);
+      acc[2] = fmaf(d[2], s1f, acc[2]);
+      acc[3] = fmaf(d[3], s1f, acc[3]);
+      if (s + DEPTH * WARPS < steps) load(w[i], sc[i], s + DEPTH * WARPS);
+    }
+  }
+  if constexpr (WARPS > 1) {
+    __shared__ float4 part[WARPS][32];
+    part[warp][lane] = make_float4(acc[0], acc[1], acc[2], acc[3]);
+    __syncthreads();
+    if (warp != 0) return;
+#pragma unroll
+    for (int v = 1; v < WARPS; ++v) {
+      const float4 p = part[v][lane];
+      acc[0] += p.x, acc[1] += p.y, acc[2] += p.z, acc[3] += p.w;
+    }
+  }
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    const int m = 2 * quad + (e & 1), n = n0 + r + 8 * (e >> 1);
+    if (m < M && n < N) y[(long long)m * N + n] = TX(bias ? acc[e] + to_f(bias[n]) : acc[e]);
+  }
 }
 
 }  // namespace pgk

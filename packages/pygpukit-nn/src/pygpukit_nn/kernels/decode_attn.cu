@@ -7,16 +7,18 @@
 // Time floor: the K and V bytes of the sequences, 2 * B * Hkv * L * D * size,
 // read once from HBM (33.5 MB at B=1, Hkv=8, L=8192, D=128 bf16: ~11.5 us at
 // the H100's ~2.9 TB/s copy rate), plus the launch and the first DRAM
-// latency (a few us: short contexts are latency bound). What limits us:
-// bytes in flight per SM (Little's law wants ~20 KB at ~700 ns), which the
-// shared-memory ring keeps steady (decode.py's defaults: 3 blocks x 128 lanes
-// x 3 steps x 64 bytes = 72 KB; a loop that issued a step's loads and then
-// waited for them would pay a full latency every step, most of the time of a
-// split of a few steps); then the instruction issue of the CUDA cores (~70-80
-// warp instructions per key at 4 rows, about half of issue at full bandwidth;
-// the fp8 cache reads half the bytes per key and so leans on the issue rate
-// harder); and the last block's merge of the splits (one round of L2 latency
-// for the weights, then one per 16 splits).
+// latency (a few us: short contexts are latency bound). The shared-memory
+// ring below keeps bytes in flight per SM steady (decode.py's defaults: 2
+// blocks x 128 lanes x 3 steps x 64 bytes = 48 KB; Little's law wants ~20 KB
+// at ~700 ns), where a loop that issued a step's loads and then waited paid a
+// full latency every step. On an H100 that made paged caches 25-35% faster
+// but contiguous ones hardly (8192 keys: 21.5 us, 1.56 TB/s; 32768: 59 us,
+// 2.26 TB/s): 1 to 8 ring steps and 2 to 4 blocks per SM all time within ~5%,
+// so what limits them is not bytes in flight; the candidates are the
+// instruction issue of the CUDA cores (~70-80 warp instructions per key at 4
+// rows; the fp8 cache reads half the bytes per key and leans on it harder)
+// and the last block's merge of the splits (one round of L2 latency for the
+// weights, then one per 16 splits).
 //
 // Grid: x = split * chunks + chunk, y = KV head h, z = sequence b. A block
 // owns ROWS "rows" of one KV head: row r = t * G + g is query token t of

@@ -50,18 +50,11 @@
 //   i = 2: j = 2kk + 1, h = 0 (keys 8 + 2t..); i = 3: j = 2kk + 1, h = 1.
 // A row's values live in the 4 lanes t of one g: reductions are two xor
 // shuffles (1, 2), as in flash_attn.cu.
-#include "pgk/types.cuh"
+#include "pgk/mma.cuh"
 
 namespace pgk {
 namespace attn {
 
-__device__ __forceinline__ unsigned wg_smem_addr(const void* p) {
-  return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ void wg_cp_async16(unsigned dst, const void* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0));
-}
-__device__ __forceinline__ void wg_cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 __device__ __forceinline__ void wg_cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
 
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
@@ -186,7 +179,7 @@ __device__ __forceinline__ void wg_load_tile(unsigned s, const T* g, int ld, int
 #pragma unroll
   for (int i = 0; i < N; ++i) {
     const bool ok = r0 + i * RSTEP < valid;
-    wg_cp_async16(d + i * RSTEP * 128, ok ? p + i * RSTEP * ld : g, ok);
+    cp_async16(d + i * RSTEP * 128, ok ? p + i * RSTEP * ld : g, ok);
   }
 }
 
@@ -204,7 +197,7 @@ flash_fwd_wgmma(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
   constexpr unsigned kQ = 0, kK = BM * D * 2, kBuf = BN * D * 2, kV = kK + 2 * kBuf;
   constexpr unsigned kPanelQ = BM * 128, kPanelKV = BN * 128;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
-  const unsigned smem = wg_smem_addr(smem_raw);
+  const unsigned smem = smem_addr(smem_raw);
 
   const int tiles = (Sq + BM - 1) / BM;
   const int m0 = (tiles - 1 - static_cast<int>(blockIdx.y)) * BM;  // longest first (see flash_attn.cu)
@@ -232,7 +225,7 @@ flash_fwd_wgmma(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
     wg_load_tile<BM, D, THREADS>(smem + kQ, Qp, qs, Sq - m0, threadIdx.x);
     wg_load_tile<BN, D, THREADS>(smem + kK, Kp + static_cast<long long>(n_begin * BN) * ks, ks, Lk - n_begin * BN, threadIdx.x);
     wg_load_tile<BN, D, THREADS>(smem + kV, Vp + static_cast<long long>(n_begin * BN) * vs, vs, Lk - n_begin * BN, threadIdx.x);
-    wg_cp_async_commit();
+    cp_async_commit();
 
     for (int nb = n_begin; nb < n_end; ++nb) {
       const int n0 = nb * BN;
@@ -244,7 +237,7 @@ flash_fwd_wgmma(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
         wg_load_tile<BN, D, THREADS>(smem + kK + next, Kp + static_cast<long long>(n0 + BN) * ks, ks, Lk - n0 - BN, threadIdx.x);
         wg_load_tile<BN, D, THREADS>(smem + kV + next, Vp + static_cast<long long>(n0 + BN) * vs, vs, Lk - n0 - BN, threadIdx.x);
       }
-      wg_cp_async_commit();
+      cp_async_commit();
 
       // S = Q K^T for the warpgroup's 64 rows: k16 step kk is 32 bytes into
       // panel kk / 4 of Q (from the warpgroup's row 64 wg: + 8192 wg bytes) and of K.
@@ -489,7 +482,7 @@ __device__ __forceinline__ void ws_load_tile(unsigned s, const T* g, int ld, int
   int rows_left = valid - r0;
 #pragma unroll 4
   for (int i = 0; i < N; ++i) {
-    wg_cp_async16(d, rows_left > 0 ? p : g, rows_left > 0);
+    cp_async16(d, rows_left > 0 ? p : g, rows_left > 0);
     p += RSTEP * ld, d += RSTEP * 128, rows_left -= RSTEP;
   }
 }
@@ -511,7 +504,7 @@ flash_fwd_ws(const T* __restrict__ Q, const T* __restrict__ K, const T* __restri
   constexpr unsigned kFull = kKV + STAGES * kStage, kEmpty = kFull + 8 * STAGES;
   constexpr unsigned kPanelQ = 64 * 128, kPanelKV = BN * 128;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
-  const unsigned smem = wg_smem_addr(smem_raw);
+  const unsigned smem = smem_addr(smem_raw);
 
   const int tiles = (Sq + BM - 1) / BM;
   const int m0 = (tiles - 1 - static_cast<int>(blockIdx.y)) * BM;  // longest first
@@ -564,7 +557,7 @@ flash_fwd_ws(const T* __restrict__ Q, const T* __restrict__ K, const T* __restri
       const int valid = Sq - m0 - 64 * c;  // <= 0: every row zero-filled from a readable row
       const T* Qp = Q + b * qb + h * qh + static_cast<long long>(m0 + (valid > 0 ? 64 * c : 0)) * qs;
       wg_load_tile<64, D, 128>(sq, Qp, qs, valid, ctid);
-      wg_cp_async_commit();
+      cp_async_commit();
       wg_cp_async_wait_all();
       fence_proxy_async();
       named_sync(1 + c, 128);
