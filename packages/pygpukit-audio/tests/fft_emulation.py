@@ -28,6 +28,11 @@ def _dft(u, radix, d):
         return [u[0] + u[1], u[0] - u[1]]
     if radix == 4:
         return list(_dft4(*u, d))
+    if radix == 16:  # 4 x 4: DFTs over n2 + 4 n1, twiddles w16^(n2 k1), DFTs over n2
+        a = [list(_dft4(u[n2], u[n2 + 4], u[n2 + 8], u[n2 + 12], d)) for n2 in range(4)]
+        a = [[a[n2][k1] * np.exp(d * 2j * np.pi * n2 * k1 / 16) for k1 in range(4)] for n2 in range(4)]
+        y = [_dft4(a[0][k1], a[1][k1], a[2][k1], a[3][k1], d) for k1 in range(4)]
+        return [y[k % 4][k // 4] for k in range(16)]
     if radix == 8:
         e = _dft4(u[0], u[2], u[4], u[6], d)
         o = list(_dft4(u[1], u[3], u[5], u[7], d))
@@ -47,9 +52,12 @@ def _transform(s, tw, d):
         i = np.arange(nb)
         u = [s[:, i + q * nb] for q in range(radix)]
         k = i % p
-        if p > 1:
-            w = tw if d < 0 else np.conj(tw)
-            u = [u[0]] + [u[q] * w[q * k * stride] for q in range(1, radix)]
+        if p > 1:  # w^q from the table at the powers of two q, products elsewhere
+            w = {}
+            for q in range(1, radix):
+                lo = q & -q
+                w[q] = (tw if d < 0 else np.conj(tw))[q * k * stride] if q == lo else w[q - lo] * w[lo]
+            u = [u[0]] + [u[q] * w[q] for q in range(1, radix)]
         u = _dft(u, radix, d)
         j = (i - k) * radix + k
         out = np.empty_like(s)
@@ -68,7 +76,7 @@ def block(kind, x, n):
     d, length, load, store = L.modes(kind, n)
     if kind in ("fft", "ifft") and x.dtype.kind == "f":
         load = L.LD_REAL
-    m, blue = L.block_length(length)
+    m, blue = L.block_length(length, 16)
     rtw = _table("rtw", length) if load == L.LD_IRPRE or store == L.ST_RPOST else None
     j = np.arange(length)
     if load == L.LD_C2C:
@@ -124,6 +132,29 @@ def four_step(x, d, n1, n2):
     rows = y.reshape(batch, n2, n1).transpose(0, 2, 1).reshape(batch * n1, n2)  # tmp row k1
     z = _transform(rows.copy(), _table("tw", n2), d)  # z[(b, k1), k2] -> X[k1 + n1 k2]
     return z.reshape(batch, n1, n2).transpose(0, 2, 1).reshape(batch, n)
+
+
+def real_four_step(x, n1, n2):
+    """The two passes of _real_four_step on contiguous real rows x (batch, n1 * n2):
+    the n / 2 + 1 bins of the rfft, gathered from ST_HMIRROR's stores."""
+    batch, n = x.shape
+    h1 = n1 // 2 + 1
+    ptw = _table("tw", n)
+    cols = x.reshape(batch, n1, n2).transpose(0, 2, 1).reshape(batch * n2, n1) + 0j
+    y = _transform(cols, _table("tw", n1), -1)[:, :h1]  # the first L = h1 points of column (b, j2)
+    y = y * ptw[(np.tile(np.arange(n2), batch)[:, None] * np.arange(h1)) % n]
+    rows = y.reshape(batch, n2, h1).transpose(0, 2, 1).reshape(batch * h1, n2)  # tmp row (b, k1)
+    z = _transform(rows.copy(), _table("tw", n2), -1).reshape(batch, h1, n2)
+    out = np.full((batch, n // 2 + 1), np.nan, complex)
+    for k1 in range(h1):
+        x_ = k1 + n1 * np.arange(n2)
+        direct = 2 * x_ <= n
+        assert np.isnan(out[:, x_[direct]]).all()  # every bin is stored once
+        out[:, x_[direct]] = z[:, k1, direct]
+        if k1 != 0 and 2 * k1 != n1:
+            assert np.isnan(out[:, n - x_[~direct]]).all()
+            out[:, n - x_[~direct]] = np.conj(z[:, k1, ~direct])
+    return out
 
 
 def rows(flat, batch, irows, length, clip=(0, 0), pairs=False):

@@ -137,18 +137,20 @@ def test_bad_input_raises_clear_errors(rng):
 
 
 def test_plans():
-    assert P.radices(4096) == (8, 8, 8, 8) and P.radices(360) == (8, 3, 3, 5) and P.radices(97) is None
+    assert P.radices(4096) == (16, 16, 16) and P.radices(512) == (8, 8, 8) and P.radices(8192) == (16, 8, 8, 8)
+    assert P.radices(360) == (8, 3, 3, 5) and P.radices(97) is None
     assert P.radices(1) == ()
     assert P.split(65536) == (256, 256) and P.split(3**9)[0] * P.split(3**9)[1] == 3**9
     assert P.bluestein_length(97) == 256 and P.bluestein_length(1) == 1
-    assert L.block_length(4096) == (4096, False) and L.block_length(97) == (256, True) and L.block_length(4099) is None
+    assert L.block_length(4096, 16) == (4096, False) and L.block_length(97, 16) == (256, True) and L.block_length(4099, 16) is None
+    assert L.block_length(8192, 8) == (8192, False) and L.block_length(8192, 16) is None
     assert L.supported(4099) and L.supported(2**24) and not L.supported(2**24 + 1)
     for m in (1, 8, 360, 4096):
         t, tpb = L.geometry(m, 8)
         assert 1 <= t * tpb <= 256 and tpb * L.padded(m) * 8 <= 48 * 1024
 
 
-@pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 7, 8, 12, 16, 17, 30, 64, 97, 98, 343, 360, 625, 1000, 2048, 2050, 4096])
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 7, 8, 12, 16, 17, 30, 32, 64, 97, 98, 256, 343, 360, 625, 1000, 1024, 2048, 2050, 4096])
 def test_block_kernel_mirror(rng, n):
     c = rand(rng, (2, n), np.complex128)
     r = rand(rng, (2, n), np.float64)
@@ -160,9 +162,15 @@ def test_block_kernel_mirror(rng, n):
         ("rfft", r, np.fft.rfft(r)),
         ("irfft", spec, np.fft.irfft(spec, n) * n),
     ):
-        if L.block_length(L.modes(kind, n)[1]) is None:
+        if L.block_length(L.modes(kind, n)[1], 16) is None:
             continue
         assert rel_err(em.block(kind, x, n), ref) < 1e-12, (kind, n)
+
+
+@pytest.mark.parametrize("n1, n2", [(2, 3), (2, 8), (4, 2), (16, 16), (6, 5), (64, 32), (128, 256)])
+def test_real_four_step_mirror(rng, n1, n2):
+    x = rand(rng, (2, n1 * n2), np.float64)
+    assert rel_err(em.real_four_step(x, n1, n2), np.fft.rfft(x)) < 1e-12
 
 
 @pytest.mark.parametrize("n1, n2", [(2, 3), (8, 9), (64, 32), (7, 125)])
@@ -186,8 +194,13 @@ def test_kernels_compile(need_nvrtc):
         (c128, 1, -1, L.LD_C2C, L.ST_C2C, False),
         (c64, 256, -1, L.LD_C2C, L.ST_C2C, False, True, True),  # the four-step passes
         (c128, 4096, 1, L.LD_C2C, L.ST_C2C, False, False, True),
+        (c64, 8192, -1, L.LD_PAIRS, L.ST_RPOST, False),  # the longest one-block row, 512 threads
+        (c64, 256, -1, L.LD_REAL, L.ST_C2C, False, True, True),  # the real four-step passes
+        (c128, 128, -1, L.LD_C2C, L.ST_HMIRROR, False, False, True),
     ]:
-        L._block_kernel(cdt, m, d, ld, st, blue, *cols)[0].compile(sm=90)
+        kernel = L._block_kernel(cdt, m, d, ld, st, blue, *cols)[0]
+        for sm in (80, 90) if m >= 4096 else (90,):
+            assert kernel.compile(sm=sm).image[:4] == b"\x7fELF"
     for name, d in (("chirp_in", -1), ("mul_rows", 1), ("chirp_out", 1), ("rfft_post", None), ("irfft_pre", None), ("herm_expand", None)):
         L._elementwise(name, c64, d).compile(sm=90)
 

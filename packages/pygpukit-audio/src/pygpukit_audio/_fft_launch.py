@@ -2,10 +2,12 @@
 
 ``block`` runs one of the four transforms over rows addressed by strides
 (any axis, STFT frames) when one block can hold it: a Stockham transform for
-7-smooth lengths up to MAX_BLOCK, Bluestein's algorithm inside the block for
-the other lengths up to MAX_BLOCK / 2. ``c2c_rows`` does complex transforms
-of contiguous rows of any length: one block, two four-step passes, or
-Bluestein around either. ``transform`` is the op for an axis of an array.
+7-smooth lengths whose row fits in MAX_ROW_SMEM (8192 complex64, 4096
+complex128), Bluestein's algorithm inside the block for the other lengths up
+to MAX_BLOCK / 2. ``c2c_rows`` does complex transforms of contiguous rows of
+any length: one block, two four-step passes, or Bluestein around either; the
+even rfft too long for one block is a real four-step transform of two passes.
+``transform`` is the op for an axis of an array.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from pygpukit import _runtime
 from . import _fft_plan as plan
 
 LD_C2C, LD_REAL, LD_PAIRS, LD_HERM, LD_IRPRE = range(5)
-ST_C2C, ST_RPOST, ST_REAL, ST_IRPOST, ST_HALF = range(5)
+ST_C2C, ST_RPOST, ST_REAL, ST_IRPOST, ST_HALF, ST_HMIRROR = range(6)
 _REAL_T = {np.dtype(np.complex64): "float", np.dtype(np.complex128): "double"}
 _SIG = (
     "const void* in, void* out, const void* tw, const void* rtw, const void* chirp, const void* bhat, const void* ptw, "
@@ -30,7 +32,10 @@ _SIG = (
     "long long ois, long long oes, int L, long long ptw_n, double scale, long long shift, long long clip"
 )
 _STATIC_SMEM = 48 * 1024
-_THREADS = 256  # per block at most
+# Tuning knobs (module constants, so that a sweep can set them before the first launch):
+THREADS = 256  # per block, unless one transform needs more
+POINTS = 16  # per thread: one radix-16 butterfly of every stage in registers
+MAX_ROW_SMEM = 72 * 1024  # shared bytes of the longest one-block row (A100: 163 KiB per block)
 
 
 @functools.cache
@@ -46,9 +51,9 @@ def padded(m: int) -> int:
 
 def geometry(m: int, item: int) -> tuple[int, int]:
     """(threads per transform, transforms per block) of an m-point block
-    transform of ``item``-byte complex values: about 8 points per thread."""
-    t = max(1, min(_THREADS, m // 8))
-    tpb = max(1, _THREADS // t)
+    transform of ``item``-byte complex values: about POINTS points per thread."""
+    t = max(1, min(1024, m // POINTS))
+    tpb = max(1, THREADS // t)
     while tpb > 1 and tpb * padded(m) * item > _STATIC_SMEM:
         tpb //= 2
     return t, tpb
@@ -92,9 +97,10 @@ def modes(kind: str, n: int) -> tuple[int, int, int, int]:
     return (1, n // 2, LD_IRPRE, ST_IRPOST) if n % 2 == 0 else (1, n, LD_HERM, ST_REAL)
 
 
-def block_length(L: int) -> tuple[int, bool] | None:
-    """(block size M, Bluestein?) when one block can do an L-point transform."""
-    if L <= plan.MAX_BLOCK and plan.radices(L) is not None:
+def block_length(L: int, item: int) -> tuple[int, bool] | None:
+    """(block size M, Bluestein?) when one block can do an L-point transform
+    of ``item``-byte complex values."""
+    if padded(L) * item <= MAX_ROW_SMEM and plan.radices(L) is not None:
         return L, False
     m = plan.bluestein_length(L)
     return (m, True) if m <= plan.MAX_BLOCK else None
@@ -111,7 +117,7 @@ def block(kind: str, src: Any, dst: Any, n: int, cdt: np.dtype, batch: int, irow
     direction, L, load, store = modes(kind, n)
     if real_in:
         load = LD_REAL
-    bl = block_length(L)
+    bl = block_length(L, cdt.itemsize)
     if bl is None:
         return False
     m, blue = bl
@@ -151,7 +157,7 @@ def _grid(total: int) -> int:
 
 def supported(L: int) -> bool:
     """Whether c2c_rows can do an L-point transform on the GPU."""
-    if block_length(L) is not None or plan.split(L) is not None:
+    if block_length(L, 16) is not None or plan.split(L) is not None:
         return True
     return plan.split(plan.bluestein_length(L)) is not None
 
@@ -200,6 +206,51 @@ def _four_step(x: gp.GPUArray, out: gp.GPUArray, direction: int, scale: float, n
     return out
 
 
+def _real_four_step(x: gp.GPUArray, n: int, cdt: np.dtype, scale: float, n1: int, n2: int) -> gp.GPUArray:
+    """The n / 2 + 1 bins of the rfft of contiguous real rows x (batch, n), n =
+    n1 * n2, in two passes (one read and one write each): pass A transforms
+    the n2 real columns of n1 points, keeping the bins k1 <= n1 / 2 (the rest
+    are their conjugates) times the twiddles; pass B transforms those rows of
+    n2 points, storing X[k1 + n1 k2] where that is a bin <= n / 2 and its
+    mirror X[n - k1 - n1 k2] = conj(...) where not (ST_HMIRROR)."""
+    if n1 % 2:
+        n1, n2 = n2, n1
+    batch, h1 = x.shape[0], n1 // 2 + 1
+    tmp = gp.empty((batch, h1, n2), cdt)
+    out = gp.empty((batch, n // 2 + 1), cdt)
+    for (m, src, dst, load, store, irows, orows, rows, ptw, length, sc, lcols) in (
+        (n1, x, tmp, LD_REAL, ST_C2C, (n2, n, 1, n2), (h1 * n2, 1, n2), batch * n2, plan.table("tw", n, cdt), h1, 1.0, True),
+        (n2, tmp, out, LD_C2C, ST_HMIRROR, (h1, h1 * n2, n2, 1), (n // 2 + 1, 1, n1), batch * h1, None, n2, scale, False),
+    ):  # fmt: skip
+        inner, ibs, iis, ies = irows
+        obs, ois, oes = orows
+        args = (
+            src,
+            dst,
+            plan.table("tw", m, cdt),
+            None,
+            None,
+            None,
+            ptw,
+            None,
+            rows,
+            inner,
+            ibs,
+            iis,
+            ies,
+            obs,
+            ois,
+            oes,
+            length,
+            n,
+            sc,
+            0,
+            0,
+        )
+        _launch_block((cdt, m, -1, load, store, False, lcols, True), args, rows)
+    return out
+
+
 # -- the op over an axis --------------------------------------------------------------
 
 
@@ -240,7 +291,7 @@ def transform(kind: str, a: gp.GPUArray, n: int, axis: int, scale: float) -> gp.
     out = gp.empty(shape, out_dt)
     if out.size == 0:
         return out
-    if block_length(modes(kind, n)[1]) is not None:
+    if block_length(modes(kind, n)[1], cdt.itemsize) is not None:
         g = groups(a, axis)
         if g is None:
             a = gp.ascontiguousarray(a)
@@ -279,6 +330,8 @@ def _rows(kind: str, x: gp.GPUArray, n: int, cdt: np.dtype, scale: float) -> gp.
     if kind in ("fft", "ifft"):
         return c2c_rows(x.astype(cdt), -1 if kind == "fft" else 1, scale)
     half = n // 2
+    if kind == "rfft" and n % 2 == 0 and plan.split(n) is not None:
+        return _real_four_step(x, n, cdt, scale, *plan.split(n))
     if kind == "rfft" and n % 2 == 0:
         if x._ptr % cdt.itemsize:  # the pairs are read as complex values: align them
             x = x.copy()

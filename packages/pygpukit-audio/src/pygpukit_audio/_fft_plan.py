@@ -12,17 +12,22 @@ import numpy as np
 
 import pygpukit as gp
 
-RADICES = (8, 4, 2, 3, 5, 7)
-MAX_BLOCK = 4096  # the longest transform held in one block's shared memory
+ODD_RADICES = (3, 5, 7)
+MAX_BLOCK = 4096  # the longest factor of a four-step pass, and Bluestein's longest block
 MAX_LENGTH = MAX_BLOCK * MAX_BLOCK  # two four-step passes at most
 
 
 @functools.cache
 def radices(m: int) -> tuple[int, ...] | None:
-    """The Stockham stages of an m-point transform (largest radices first), or
-    None when m has a prime factor above 7."""
-    out = []
-    for r in RADICES:
+    """The Stockham stages of an m-point transform, or None when m has a prime
+    factor above 7: the power of two 2^e in as few radix-16/8/4/2 stages as
+    possible (ceil(e / 4), the larger radices first: one shared-memory round
+    trip each), then the odd radices."""
+    e = (m & -m).bit_length() - 1 if m else 0
+    m >>= e
+    stages = -(-e // 4)
+    out = [1 << (e // stages + (i < e % stages)) for i in range(stages)]
+    for r in ODD_RADICES:
         while m % r == 0:
             out.append(r)
             m //= r

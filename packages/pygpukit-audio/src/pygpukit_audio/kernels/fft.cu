@@ -1,10 +1,13 @@
 // FFT kernels of pygpukit-audio (no cuFFT).
 //
 // fft_block: TPB transforms per block, each of M points held in shared memory,
-// done by Stockham autosort stages of radix 8/4/2/3/5/7 (the radices are a
+// done by Stockham autosort stages of radix 16/8/4/2/3/5/7 (the radices are a
 // template pack, planned on the host, so every stage is unrolled with constant
 // strides). Each stage reads its butterflies into registers, syncs, and writes
-// them back in place: one shared buffer of M values per transform.
+// them back in place: one shared buffer of M values per transform. The first
+// stage reads global memory directly (coalesced: thread t of a row reads the
+// points t + c * T), so a power-of-two transform of 2^e points costs ceil(e / 4)
+// shared-memory round trips: the data are read once and written once.
 //
 // Rows are addressed as base(b) + j * es with base(b) = (b / inner) * bs +
 // (b % inner) * is, so one kernel serves contiguous rows, any axis, the
@@ -27,6 +30,8 @@
 //   ST_REAL   the real part (odd irfft)
 //   ST_IRPOST z_j as (x[2j], x[2j+1]) (even irfft)
 //   ST_HALF   the first L/2+1 bins (odd rfft)
+//   ST_HMIRROR (column stores) the bins <= n/2 of the last pass of a real
+//             four-step transform (see store_col)
 // With BLUE the M-point transform runs Bluestein's algorithm for a length
 // L < M: input times the chirp, forward FFT, times bhat (the FFT of the
 // conjugate chirp, 1/M folded in), inverse FFT, times the chirp.
@@ -39,7 +44,7 @@ namespace pgk_fft {
 using pgk::complex;
 
 enum { LD_C2C = 0, LD_REAL = 1, LD_PAIRS = 2, LD_HERM = 3, LD_IRPRE = 4 };
-enum { ST_C2C = 0, ST_RPOST = 1, ST_REAL = 2, ST_IRPOST = 3, ST_HALF = 4 };
+enum { ST_C2C = 0, ST_RPOST = 1, ST_REAL = 2, ST_IRPOST = 3, ST_HALF = 4, ST_HMIRROR = 5 };
 
 template <class R> __device__ __forceinline__ complex<R> conj(complex<R> a) { return {a.re, -a.im}; }
 template <class R> __device__ __forceinline__ complex<R> scale(complex<R> a, R s) { return {a.re * s, a.im * s}; }
@@ -73,6 +78,19 @@ template <int DIR, class R> __device__ __forceinline__ void dft4(complex<R>& a, 
   d = t1 - t3;
 }
 
+// cos(pi m / 8) for any integer m >= 0, from cos(pi j / 8), j <= 4.
+__device__ __forceinline__ double cos16(int m) {
+  constexpr double C[5] = {1.0, 0.92387953251128675613, 0.70710678118654752440, 0.38268343236508977173, 0.0};
+  m &= 15;
+  return m <= 4 ? C[m] : m <= 8 ? -C[8 - m] : m <= 12 ? -C[m - 8] : C[16 - m];
+}
+// a * exp(DIR 2 pi i m / 16) for a constant m (m = 4: a quarter turn, exact).
+template <int DIR, class R> __device__ __forceinline__ complex<R> root16(complex<R> a, int m) {
+  if (m == 4) return rot<DIR>(a);
+  const R c = R(cos16(m)), s = R(DIR * cos16(m + 12));  // sin(x) = cos(x - pi / 2)
+  return complex<R>(a.re * c - a.im * s, a.re * s + a.im * c);
+}
+
 // In-register DFT of RADIX points with the sign of DIR.
 template <int RADIX, int DIR, class R> __device__ __forceinline__ void dft(complex<R> (&u)[RADIX]) {
   if constexpr (RADIX == 2) {
@@ -95,6 +113,26 @@ template <int RADIX, int DIR, class R> __device__ __forceinline__ void dft(compl
     u[1] = e1 + o1; u[5] = e1 - o1;
     u[2] = e2 + o2; u[6] = e2 - o2;
     u[3] = e3 + o3; u[7] = e3 - o3;
+  } else if constexpr (RADIX == 16) {
+    // Four 4-point DFTs over the points n2 + 4 n1, times w16^(n2 k1), then four
+    // over n2: X[k1 + 4 k2] (one pass of the 4 x 4 Cooley-Tukey split).
+    complex<R> a[4][4];
+#pragma unroll
+    for (int n2 = 0; n2 < 4; ++n2) {
+      a[n2][0] = u[n2]; a[n2][1] = u[n2 + 4]; a[n2][2] = u[n2 + 8]; a[n2][3] = u[n2 + 12];
+      dft4<DIR>(a[n2][0], a[n2][1], a[n2][2], a[n2][3]);
+    }
+#pragma unroll
+    for (int n2 = 1; n2 < 4; ++n2) {
+#pragma unroll
+      for (int k1 = 1; k1 < 4; ++k1) a[n2][k1] = root16<DIR>(a[n2][k1], n2 * k1);
+    }
+#pragma unroll
+    for (int k1 = 0; k1 < 4; ++k1) {
+      dft4<DIR>(a[0][k1], a[1][k1], a[2][k1], a[3][k1]);
+#pragma unroll
+      for (int k2 = 0; k2 < 4; ++k2) u[k1 + 4 * k2] = a[k2][k1];
+    }
   } else {
     complex<R> y[RADIX];
 #pragma unroll
@@ -118,10 +156,33 @@ template <int RADIX, int DIR, class R> __device__ __forceinline__ void dft(compl
 __device__ __forceinline__ int sx(int i) { return i + (i >> 4); }
 __host__ __device__ constexpr int padded(int m) { return m + (m >> 4); }
 
-// One Stockham stage (P: points of the sub-transforms done so far) over the
-// M-point row s; tw[t] = exp(-2 pi i t / M).
-template <class R, int M, int T, int DIR, int P, int RADIX>
-__device__ __forceinline__ void stage(complex<R>* s, const complex<R>* __restrict__ tw, int tid) {
+// u[q] *= w^q for w = tw[t] (the sign of DIR): table values at the powers of
+// two q, products of at most log2(RADIX) of them elsewhere (a few ulps, and
+// log2(RADIX) loads per butterfly instead of RADIX - 1).
+template <int DIR, int RADIX, class R>
+__device__ __forceinline__ void twiddle(complex<R> (&u)[RADIX], const complex<R>* __restrict__ tw, int t) {
+  complex<R> w[RADIX];
+#pragma unroll
+  for (int q = 1; q < RADIX; ++q) {
+    const int lo = q & -q;
+    w[q] = q == lo ? dir<DIR>(tw[q * t]) : w[q - lo] * w[lo];
+    u[q] = u[q] * w[q];
+  }
+}
+
+// Point j of the row in shared memory: the source of every stage but a first
+// one that reads global memory directly.
+template <class R> struct SharedRow {
+  const complex<R>* s;
+  __device__ __forceinline__ complex<R> operator()(int j) const { return s[sx(j)]; }
+};
+
+// One Stockham stage (P: points of the sub-transforms done so far) of the
+// M-point row s; tw[t] = exp(-2 pi i t / M). The stage reads its inputs from
+// src into registers and writes its outputs to s: after a barrier when src
+// is s itself (IN_PLACE), at once when src is global memory.
+template <class R, int M, int T, int DIR, int P, int RADIX, bool IN_PLACE, class Src>
+__device__ __forceinline__ void stage(complex<R>* s, const complex<R>* __restrict__ tw, int tid, Src src) {
   constexpr int NB = M / RADIX;
   constexpr int IT = (NB + T - 1) / T;
   constexpr int STRIDE = M / (P * RADIX);
@@ -131,19 +192,16 @@ __device__ __forceinline__ void stage(complex<R>* s, const complex<R>* __restric
     const int i = tid + it * T;
     if (NB % T == 0 || i < NB) {
 #pragma unroll
-      for (int q = 0; q < RADIX; ++q) u[it][q] = s[sx(i + q * NB)];
+      for (int q = 0; q < RADIX; ++q) u[it][q] = src(i + q * NB);
     }
   }
-  __syncthreads();
+  if (IN_PLACE) __syncthreads();
 #pragma unroll
   for (int it = 0; it < IT; ++it) {
     const int i = tid + it * T;
     if (NB % T == 0 || i < NB) {
       const int k = i % P;
-      if (P > 1) {
-#pragma unroll
-        for (int q = 1; q < RADIX; ++q) u[it][q] = u[it][q] * dir<DIR>(tw[q * k * STRIDE]);
-      }
+      if (P > 1) twiddle<DIR>(u[it], tw, k * STRIDE);
       dft<RADIX, DIR>(u[it]);
       const int j = (i - k) * RADIX + k;
 #pragma unroll
@@ -153,13 +211,13 @@ __device__ __forceinline__ void stage(complex<R>* s, const complex<R>* __restric
   __syncthreads();
 }
 
-template <class R, int M, int T, int DIR, int P>
-__device__ __forceinline__ void stages(complex<R>*, const complex<R>* __restrict__, int) {}
+template <class R, int M, int T, int DIR, int P, bool IN_PLACE, class Src>
+__device__ __forceinline__ void stages(complex<R>*, const complex<R>* __restrict__, int, Src) {}
 
-template <class R, int M, int T, int DIR, int P, int RADIX, int... REST>
-__device__ __forceinline__ void stages(complex<R>* s, const complex<R>* __restrict__ tw, int tid) {
-  stage<R, M, T, DIR, P, RADIX>(s, tw, tid);
-  stages<R, M, T, DIR, P * RADIX, REST...>(s, tw, tid);
+template <class R, int M, int T, int DIR, int P, bool IN_PLACE, int RADIX, int... REST, class Src>
+__device__ __forceinline__ void stages(complex<R>* s, const complex<R>* __restrict__ tw, int tid, Src src) {
+  stage<R, M, T, DIR, P, RADIX, IN_PLACE>(s, tw, tid, src);
+  stages<R, M, T, DIR, P * RADIX, true, REST...>(s, tw, tid, SharedRow<R>{s});
 }
 
 struct Rows {
@@ -256,25 +314,54 @@ __device__ __forceinline__ void store(void* out, const complex<R>* z, const comp
   }
 }
 
+// Point k of column col of a four-step pass, v, to row base rb of out.
+// ST_C2C: at rb + col * ois + k * oes, times w^(col * k), w = ptw[1] (ptw: the
+// n = ptw_n point twiddle table; none: no twiddle).
+// ST_HMIRROR: the last pass of a real n-point transform over n = n1 * n2 (col
+// = k1 <= n1 / 2, oes = n1, ois = 1): v = X[k1 + n1 k], stored where that is
+// a bin <= n / 2, else as its mirror conj(v) = X[n - k1 - n1 k], a bin no
+// other point stores unless k1 is 0 or n1 / 2 (whose mirrors are in their own rows).
+template <int STORE, int DIR, class R>
+__device__ __forceinline__ void store_col(void* out, complex<R> v, const void* ptw_, long long ptw_n, long long rb, long long col,
+                                          long long ois, long long oes, int k) {
+  complex<R>* o = static_cast<complex<R>*>(out);
+  if constexpr (STORE == ST_C2C) {
+    if (ptw_) v = v * dir<DIR>(static_cast<const complex<R>*>(ptw_)[(col * k) % ptw_n]);
+    o[rb + col * ois + k * oes] = v;
+  } else {
+    const long long x = col + oes * k;
+    if (2 * x <= ptw_n)
+      o[rb + x] = v;
+    else if (col != 0 && 2 * col != oes)
+      o[rb + ptw_n - x] = conj(v);
+  }
+}
+
 template <class R, int M, int T, int DIR, int... RADICES>
 __device__ __forceinline__ void transform(complex<R>* s, const complex<R>* __restrict__ tw, int tid) {
-  stages<R, M, T, DIR, 1, RADICES...>(s, tw, tid);
+  stages<R, M, T, DIR, 1, true, RADICES...>(s, tw, tid, SharedRow<R>{s});
 }
 
 // One block: blockDim = (T, TPB); row b = blockIdx.x * TPB + threadIdx.y.
 // L: the logical length (M unless BLUE); rtw: exp(-2 pi i k / 2L), k <= L (the
 // even real transforms); chirp/bhat: Bluestein's tables for direction DIR.
-// LCOLS / SCOLS (complex rows of M points only): the block loads / stores its
-// TPB rows together with the row index fastest across the lanes, so that
-// rows which are adjacent columns of a four-step pass move in whole sectors;
-// shared rows are then one value longer against bank conflicts.
+// LCOLS / SCOLS (rows of M points only): the block loads / stores its TPB rows
+// together with the row index fastest across the lanes, so that rows which
+// are adjacent columns of a four-step pass move in whole sectors; shared rows
+// are then one value longer against bank conflicts. Column loads take complex
+// or real (LD_REAL) points; column stores write the first L points, times the
+// four-step twiddle (ST_C2C), or the bins k <= n / 2 of a real transform of
+// n = ptw_n points (ST_HMIRROR, see store_col).
 template <class R, int M, int T, int TPB, int DIR, int LOAD, int STORE, bool BLUE, bool LCOLS, bool SCOLS, int... RADICES>
 __global__ void __launch_bounds__(T * TPB) fft_block(
     const void* in, void* out, const void* tw_, const void* rtw_, const void* chirp_, const void* bhat_, const void* ptw_,
     const void* win_, long long batch, long long inner, long long ibs, long long iis, long long ies, long long obs, long long ois,
     long long oes, int L, long long ptw_n, double scale_, long long shift, long long clip) {
-  static_assert(!LCOLS || (LOAD == LD_C2C && !BLUE), "column loads take complex rows of M points");
-  static_assert(!SCOLS || (STORE == ST_C2C && !BLUE), "column stores write complex rows of M points");
+  static_assert(!LCOLS || ((LOAD == LD_C2C || LOAD == LD_REAL) && !BLUE), "column loads take rows of M points");
+  static_assert(!SCOLS || ((STORE == ST_C2C || STORE == ST_HMIRROR) && !BLUE), "column stores write rows of M points");
+  // The first stage reads its points straight from global memory (no staging
+  // copy in shared memory) unless the rows come in as columns or by Bluestein.
+  constexpr bool DIRECT = !LCOLS && !BLUE && sizeof...(RADICES) > 0;
   constexpr int MS = padded(M) + (LCOLS || SCOLS ? 1 : 0);  // shared row stride
   extern __shared__ __align__(16) unsigned char smem_raw[];
   complex<R>* s0 = reinterpret_cast<complex<R>*>(smem_raw);
@@ -283,32 +370,35 @@ __global__ void __launch_bounds__(T * TPB) fft_block(
   const complex<R>* rtw = static_cast<const complex<R>*>(rtw_);
   const complex<R>* chirp = static_cast<const complex<R>*>(chirp_);
   const complex<R>* bhat = static_cast<const complex<R>*>(bhat_);
-  const complex<R>* ptw = static_cast<const complex<R>*>(ptw_);
   const R* win = static_cast<const R*>(win_);
   const int tid = threadIdx.x;
   const long long b = (long long)blockIdx.x * TPB + threadIdx.y;
   const bool valid = b < batch;  // invalid rows still take part in every barrier
+  // rows start at (b / inner) * ibs + r0 with in-row index r0 = (b % inner) * iis - shift
+  const long long r0 = valid ? (b % inner) * iis - shift : 0;
+  const long long ib = valid ? (b / inner) * ibs + r0 : 0;
   // In the column mappings thread l handles row l % TPB (fixed, as T * TPB is a
   // multiple of TPB) and the points l / TPB + i * T.
   const int lin = threadIdx.y * T + threadIdx.x;
   const int crow = lin % TPB;
   const long long cb = (long long)blockIdx.x * TPB + crow;
   if constexpr (LCOLS) {
-    const complex<R>* x = static_cast<const complex<R>*>(in);
     const long long base = cb < batch ? (cb / inner) * ibs + (cb % inner) * iis : 0;
-    for (int j = lin / TPB; j < M; j += T) s0[crow * MS + sx(j)] = cb < batch ? x[base + j * ies] : complex<R>(R(0), R(0));
-  } else {
-    // rows start at (b / inner) * ibs + r0 with in-row index r0 = (b % inner) * iis - shift
-    const long long r0 = valid ? (b % inner) * iis - shift : 0;
-    const long long ib = valid ? (b / inner) * ibs + r0 : 0;
+    for (int j = lin / TPB; j < M; j += T) {
+      complex<R> v(R(0), R(0));
+      if (cb < batch) v = LOAD == LD_REAL ? complex<R>(static_cast<const R*>(in)[base + j * ies], R(0)) : static_cast<const complex<R>*>(in)[base + j * ies];
+      s0[crow * MS + sx(j)] = v;
+    }
+    __syncthreads();
+  } else if constexpr (!DIRECT) {
     for (int j = tid; j < M; j += T) {
       complex<R> v(R(0), R(0));
       if (valid && j < L) v = load<LOAD, R>(in, win, rtw, ib, ies, j, L, r0, clip);
       if (BLUE && j < L) v = v * dir<DIR>(chirp[j]);
       s[sx(j)] = v;
     }
+    __syncthreads();
   }
-  __syncthreads();
   if constexpr (BLUE) {
     transform<R, M, T, -1, RADICES...>(s, tw, tid);
     for (int j = tid; j < M; j += T) s[sx(j)] = s[sx(j)] * dir<DIR>(bhat[j]);
@@ -316,22 +406,21 @@ __global__ void __launch_bounds__(T * TPB) fft_block(
     transform<R, M, T, 1, RADICES...>(s, tw, tid);
     for (int j = tid; j < L; j += T) s[sx(j)] = s[sx(j)] * dir<DIR>(chirp[j]);
     __syncthreads();
+  } else if constexpr (DIRECT) {  // L == M
+    const auto src = [&](int j) { return valid ? load<LOAD, R>(in, win, rtw, ib, ies, j, L, r0, clip) : complex<R>(R(0), R(0)); };
+    stages<R, M, T, DIR, 1, false, RADICES...>(s, tw, tid, src);
   } else {
     transform<R, M, T, DIR, RADICES...>(s, tw, tid);
   }
   if constexpr (SCOLS) {
     if (cb < batch) {
-      complex<R>* o = static_cast<complex<R>*>(out);
-      const long long base = (cb / inner) * obs + (cb % inner) * ois, col = cb % inner;
-      for (int k = lin / TPB; k < M; k += T) {
-        complex<R> v = scale(s0[crow * MS + sx(k)], R(scale_));
-        if (ptw) v = v * dir<DIR>(ptw[(col * k) % ptw_n]);
-        o[base + k * oes] = v;
-      }
+      const long long col = cb % inner;
+      for (int k = lin / TPB; k < L; k += T)
+        store_col<STORE, DIR, R>(out, scale(s0[crow * MS + sx(k)], R(scale_)), ptw_, ptw_n, (cb / inner) * obs, col, ois, oes, k);
     }
   } else if (valid) {
     const Rows orow{inner, obs, ois, oes};
-    store<STORE, R>(out, s, rtw, ptw, ptw_n, DIR, b % inner, orow.base(b), oes, L, R(scale_), tid, T);
+    store<STORE, R>(out, s, rtw, static_cast<const complex<R>*>(ptw_), ptw_n, DIR, b % inner, orow.base(b), oes, L, R(scale_), tid, T);
   }
 }
 
