@@ -138,7 +138,7 @@ def test_errors():
 
 def test_kernels_compile(need_nvrtc):
     for ct in ("float", "pgk::half", "pgk::bfloat16"):
-        for act, gated, vec in [("pgk::Silu", True, 16 // (4 if ct == "float" else 2)), ("pgk::Gelu", True, 1),
+        for act, gated, vec in [("pgk::Silu", True, 16 // (4 if ct == "float" else 2)), ("pgk::SiluFast", True, 8), ("pgk::Gelu", True, 1),
                                 ("pgk::GeluTanh", True, 2), ("pgk::ReluSquared", False, 4)]:  # fmt: skip
             kern = activations._kernel(ct, act, gated, vec)
             for sm in (80, 90):

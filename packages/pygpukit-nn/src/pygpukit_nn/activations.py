@@ -32,8 +32,9 @@ from . import _dispatch, _kernels
 FLOATS = (np.dtype(gp.float16), np.dtype(gp.bfloat16), np.dtype(gp.float32), np.dtype(gp.float64))
 _CTYPES = {np.dtype(gp.bfloat16): "pgk::bfloat16", np.dtype(gp.float16): "pgk::half", np.dtype(gp.float32): "float"}
 _GELU = {"none": "pgk::Gelu", "tanh": "pgk::GeluTanh"}
-THREADS = 256
-UNROLL = 4  # kActUnroll of kernels/activations.cu
+THREADS = 256  # threads per block of the gated / squared-ReLU kernel
+UNROLL = 2  # 16-byte vectors per thread per operand: 4 loads in flight at 48 registers (4 took 80: 3 blocks per SM)
+FAST_SILU = True  # SiLU of 16-bit outputs by ex2/rcp.approx (kernels/activations.cu: SiluFast)
 
 
 # -- public API ----------------------------------------------------------------------
@@ -167,14 +168,23 @@ def reference_relu_squared(x: Any) -> gp.GPUArray:
 def _kernel(ct: str, act: str, gated: bool, vec: int) -> Any:
     return gp.jit(
         _kernels.source("activations"),
-        f"pgk::act_rows<{ct}, {act}, {'true' if gated else 'false'}, {vec}>",
-        signature="const void* g, long long gs, const void* u, long long us, void* y, long long rows, int n",
+        f"pgk::act_rows<{ct}, {act}, {'true' if gated else 'false'}, {vec}, {UNROLL}, {THREADS}>",
+        signature="const void* g, long long gs, const void* u, long long us, void* y, long long rows, int n, int tiles",
         name="activations.cu",
     )
 
 
-_PARAMS = struct.Struct("@PqPqPqi")
-_plans: dict[tuple, tuple[int, int]] = {}  # call signature -> (function, vec)
+def block_shape(nvec: int) -> tuple[int, int, int]:
+    """(threads per row, rows per block, blocks per row) for rows of ``nvec`` vectors:
+    a power of two of threads covering the row UNROLL vectors each, up to THREADS."""
+    bx = 1
+    while bx < THREADS and bx * UNROLL < nvec:
+        bx *= 2
+    return bx, THREADS // bx, -(-nvec // (bx * UNROLL))
+
+
+_PARAMS = struct.Struct("@PqPqPqii")
+_plans: dict[tuple, tuple[Any, int, int, int, int]] = {}  # call signature -> (function, vec, block x, block y, tiles)
 
 
 def _run(act: str, g: Any, u: Any) -> gp.GPUArray:
@@ -191,14 +201,19 @@ def _run(act: str, g: Any, u: Any) -> gp.GPUArray:
             and (uv is None or (us % vec == 0 and uv.data_ptr % (vec * dt.itemsize) == 0))
         ):  # fmt: skip
             vec //= 2
-        plan = _plans[key] = (_kernel(_CTYPES[dt], act, uv is not None, vec)._function(_runtime.get()), vec)
-    fn, vec = plan
+        if FAST_SILU and act == "pgk::Silu" and dt.itemsize == 2:
+            act = "pgk::SiluFast"
+        fn = _kernel(_CTYPES[dt], act, uv is not None, vec)._function(_runtime.get())
+        plan = _plans[key] = (fn, vec, *block_shape(n // vec))
+    fn, vec, bx, by, tiles = plan
     stream = current_stream_handle()
     y = gp.GPUArray._empty(g.shape, dt, stream)
     rows = g.size // n
-    blocks = -(-(rows * (n // vec)) // (THREADS * UNROLL))
-    params = _PARAMS.pack(gv.data_ptr, gs, 0 if uv is None else uv.data_ptr, us, y.data_ptr, rows, n)
-    _runtime.get().native.launch(fn, blocks, 1, 1, THREADS, 1, 1, 0, stream, params)
+    blocks = -(-rows // by) * tiles
+    if blocks >= 2**31:
+        raise ValueError(f"{act}: {rows} rows of {n} are too many for one launch")
+    params = _PARAMS.pack(gv.data_ptr, gs, 0 if uv is None else uv.data_ptr, us, y.data_ptr, rows, n, tiles)
+    _runtime.get().native.launch(fn, blocks, 1, 1, bx, by, 1, 0, stream, params)
     return y
 
 

@@ -394,6 +394,8 @@ _SIGNATURE = (
 )
 _PARAMS = struct.Struct("@PPPPqqqqqqqqiiiiiii")  # the kernel's parameters, in the CUDA ABI layout
 _INT_MAX = 2**31 - 1
+ROPE_ITEMS = 2  # items (16-byte accesses of one head) per thread, their loads in flight together
+ROPE_THREADS = 256  # threads per block to aim for (several tokens share a block when a token has few items)
 
 
 def vec_choices(itemsize: int, layout: str) -> tuple[int, ...]:
@@ -407,7 +409,7 @@ def rope_kernel(ctype: str, vec: int, layout: str) -> Any:
     with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels", "rope.cu")) as f:
         source = f.read()
     gptj = "true" if layout == "gptj" else "false"
-    return gp.jit(source, f"pgk::rope_inplace<{ctype}, {vec}, {gptj}>", signature=_SIGNATURE, name="rope.cu")
+    return gp.jit(source, f"pgk::rope_inplace<{ctype}, {vec}, {gptj}, {ROPE_ITEMS}>", signature=_SIGNATURE, name="rope.cu")
 
 
 def _elem_strides(x: gp.GPUArray, lead_ndim: int) -> tuple[int, int, int] | None:
@@ -452,8 +454,8 @@ def _plan(q: Any, k: Any, cos_sin: Any, positions: Any, layout: str, rotary_dim:
         return None
     hq, hk = q.shape[-2], 0 if k is None else k.shape[-2]
     items = (hq + hk) * (half // pairs)
-    bx = min(max(-(-items // 32) * 32, 32), 512)
-    by = max(1, min(256 // bx, tokens))
+    bx = min(max(-(-items // (32 * ROPE_ITEMS)) * 32, 32), 512)
+    by = max(1, min(ROPE_THREADS // bx, tokens))
     seq = lead[-1]
     scalars = (*qst, *kst, pb, ps, int(positions.dtype == np.int64), seq, tokens, hq, hk, half, cos_sin.shape[0])
     grid = -(-tokens // by) if items else 0  # 0: nothing to rotate

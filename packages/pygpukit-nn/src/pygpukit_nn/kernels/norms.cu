@@ -6,9 +6,12 @@
 // blockDim.y rows share a block. With NV > 0 the row lives in registers
 // between the read and the write (NV vectors of VEC elements per thread): x
 // (and the residual) are read once and the outputs written once, which is
-// the floor for a memory-bound op. NV == 0 is the fallback for rows too long
-// for registers (big GroupNorm groups): the row is read again per pass,
-// mostly from L2.
+// the floor for a memory-bound op. The row is kept as loaded (T, exact: x,
+// or h already rounded to T), not widened to float: half the registers for
+// 16-bit types, so LayerNorm's 512-thread blocks fit four to an SM (at 40
+// float registers, three) and long rows do not spill. NV == 0 is the
+// fallback for rows too long for registers (big GroupNorm groups): the row
+// is read again per pass, mostly from L2.
 //
 // Statistics in float32: RMSNorm y = x * rsqrt(mean(x^2) + eps) * w;
 // LayerNorm y = (x - mean) * rsqrt(var + eps) * w + b with mean and var from
@@ -52,6 +55,20 @@ __device__ __forceinline__ void row_sum(float& a, float& b) {
   }
 }
 
+// Hides v's bits from the optimizer, so that the floats derived from a row
+// vector are recomputed where used (a few ALU operations) rather than kept
+// live across the reduction (twice the registers of a 16-bit row).
+template <class V>
+__device__ __forceinline__ void opaque(V& v) {
+  if constexpr (sizeof(V) % 4 == 0) {
+    unsigned* w = reinterpret_cast<unsigned*>(&v);
+#pragma unroll
+    for (int i = 0; i < (int)(sizeof(V) / 4); ++i) asm volatile("" : "+r"(w[i]));
+  } else {  // one 16-bit value
+    asm volatile("" : "+h"(*reinterpret_cast<unsigned short*>(&v)));
+  }
+}
+
 // THREADS: the block size the host launches with; bounding the kernel by it
 // (not by 1024) leaves the registers a short block may use unspilled.
 template <class T, class W, int VEC, int NV, int MODE, bool RESID, bool HAS_W, bool HAS_B, bool GROUP, int THREADS>
@@ -77,25 +94,31 @@ __global__ void __launch_bounds__(THREADS) norm_rows(const T* __restrict__ x, lo
     if constexpr (RESID) shift = (float)T(shift + (float)res[rr * rs]);
   }
 
-  // One vector of the row as floats; with RESID, h = T(x + res) is also stored.
-  auto load = [&](int k, float (&f)[VEC]) {
-    const V a = xr[k];
+  // One vector of the row: x, or with RESID h = T(x + res), also stored.
+  // Returned opaque (below): converted to float where used, never kept so.
+  auto load = [&](int k) -> V {
+    V a = xr[k];
     if constexpr (RESID) {
       const V c = resr[k];
-      V hv;
 #pragma unroll
-      for (int j = 0; j < VEC; ++j) hv.v[j] = T((float)a.v[j] + (float)c.v[j]);
-      hr[k] = hv;
+      for (int j = 0; j < VEC; ++j) a.v[j] = T((float)a.v[j] + (float)c.v[j]);
+      hr[k] = a;
+    }
+    opaque(a);
+    return a;
+  };
+  // The sums of d = v - shift and d^2 over one vector.
+  auto accumulate = [&](const V& a, float& s1, float& s2) {
 #pragma unroll
-      for (int j = 0; j < VEC; ++j) f[j] = (float)hv.v[j];
-    } else {
-#pragma unroll
-      for (int j = 0; j < VEC; ++j) f[j] = (float)a.v[j];
+    for (int j = 0; j < VEC; ++j) {
+      const float d = (float)a.v[j] - shift;
+      s1 += d;
+      s2 += d * d;
     }
   };
   // Weights and biases: one vector per output vector (the host aligns them to
   // VEC elements of W), or one value per vector in GroupNorm (a vector is in one channel).
-  auto store = [&](int k, const float (&f)[VEC], float mean, float rstd) {  // mean: of f - shift
+  auto store = [&](int k, const V& a, float mean, float rstd) {  // mean: of a - shift
     float wv[VEC], bv[VEC];
     if constexpr (GROUP) {
       const int c = (int)(rr % groups) * per_group + k * VEC / chan_len;
@@ -119,7 +142,7 @@ __global__ void __launch_bounds__(THREADS) norm_rows(const T* __restrict__ x, lo
     V o;
 #pragma unroll
     for (int j = 0; j < VEC; ++j) {
-      float v = ((f[j] - shift) - mean) * rstd;  // f - shift is exact near the row's offset
+      float v = (((float)a.v[j] - shift) - mean) * rstd;  // a - shift is exact near the row's offset
       if constexpr (HAS_W) v *= wv[j];
       if constexpr (HAS_B) v += bv[j];
       o.v[j] = T(v);
@@ -140,19 +163,14 @@ __global__ void __launch_bounds__(THREADS) norm_rows(const T* __restrict__ x, lo
   };
 
   if constexpr (NV > 0) {
-    float v[NV][VEC];
+    V v[NV];
     float s1 = 0.0f, s2 = 0.0f;
 #pragma unroll
     for (int i = 0; i < NV; ++i) {
       const int k = threadIdx.x + i * tpr;
       if (live && k < nvec) {
-        load(k, v[i]);
-#pragma unroll
-        for (int j = 0; j < VEC; ++j) {
-          const float d = v[i][j] - shift;
-          s1 += d;
-          s2 += d * d;
-        }
+        v[i] = load(k);
+        accumulate(v[i], s1, s2);
       }
     }
     float mean, rstd;
@@ -160,30 +178,17 @@ __global__ void __launch_bounds__(THREADS) norm_rows(const T* __restrict__ x, lo
 #pragma unroll
     for (int i = 0; i < NV; ++i) {
       const int k = threadIdx.x + i * tpr;
+      opaque(v[i]);
       if (live && k < nvec) store(k, v[i], mean, rstd);
     }
   } else {
     // Long rows: pass 1 reads x (and writes h), pass 2 reads h (or x) again.
     const V* src = reinterpret_cast<const V*>(RESID ? h_out + rr * n : x + rr * xs);
-    float f[VEC];
     float s1 = 0.0f, s2 = 0.0f;
-    for (int k = threadIdx.x; live && k < nvec; k += tpr) {
-      load(k, f);
-#pragma unroll
-      for (int j = 0; j < VEC; ++j) {
-        const float d = f[j] - shift;
-        s1 += d;
-        s2 += d * d;
-      }
-    }
+    for (int k = threadIdx.x; live && k < nvec; k += tpr) accumulate(load(k), s1, s2);
     float mean, rstd;
     stats(s1, s2, mean, rstd);
-    for (int k = threadIdx.x; live && k < nvec; k += tpr) {
-      const V a = src[k];
-#pragma unroll
-      for (int j = 0; j < VEC; ++j) f[j] = (float)a.v[j];
-      store(k, f, mean, rstd);
-    }
+    for (int k = threadIdx.x; live && k < nvec; k += tpr) store(k, src[k], mean, rstd);
   }
 }
 

@@ -11,11 +11,13 @@
 //   GPT-J (interleaved):  (x[2j], x[2j + 1])
 // as (a, b) -> (a cos - b sin, b cos + a sin), in float32, rounded once.
 //
-// A thread takes an item: PAIRS pairs of one head of one token (VEC
-// consecutive elements per access, 16 bytes when alignment allows);
-// blockDim.x threads share a token's (Hq + Hk) * half / PAIRS items,
-// blockDim.y tokens share a block. A token's position is read once; its cos
-// and sin are re-read by every head, from L1. A position outside
+// A thread takes ITEMS items, blockDim.x apart; an item is PAIRS pairs of
+// one head of one token (VEC consecutive elements per access, 16 bytes when
+// alignment allows). blockDim.x threads share a token's (Hq + Hk) * half /
+// PAIRS items, blockDim.y tokens share a block. The q/k loads do not wait
+// for the token's position (they were issued after it: an L2 round trip
+// added to every item's DRAM latency); the position picks the cos/sin row
+// (re-read by every head, from L1) and gates the stores: a position outside
 // [0, max_pos) leaves the token's q and k as they are (never read out of
 // bounds).
 #include "pgk/types.cuh"
@@ -34,7 +36,20 @@ __device__ __forceinline__ void load_floats(const float* __restrict__ p, float (
   }
 }
 
-template <class T, int VEC, bool GPTJ>
+// Makes the compiler take v as used here: the loads of v are issued before
+// the branch on the position, not sunk into it.
+template <class V>
+__device__ __forceinline__ void opaque(V& v) {
+  if constexpr (sizeof(V) % 4 == 0) {
+    unsigned* w = reinterpret_cast<unsigned*>(&v);
+#pragma unroll
+    for (int i = 0; i < (int)(sizeof(V) / 4); ++i) asm volatile("" : "+r"(w[i]));
+  } else {  // one 16-bit value
+    asm volatile("" : "+h"(*reinterpret_cast<unsigned short*>(&v)));
+  }
+}
+
+template <class T, int VEC, bool GPTJ, int ITEMS>
 __global__ void __launch_bounds__(512) rope_inplace(T* __restrict__ q, T* __restrict__ k, const float* __restrict__ cs,
                                                     const void* __restrict__ pos, long long qb, long long qs, long long qh,
                                                     long long kb, long long ks, long long kh, long long pb, long long ps,
@@ -47,39 +62,54 @@ __global__ void __launch_bounds__(512) rope_inplace(T* __restrict__ q, T* __rest
   const int b = t / seq, s = t - b * seq;
   const long long pi = b * pb + s * ps;
   const long long p = pos64 ? static_cast<const long long*>(pos)[pi] : static_cast<long long>(static_cast<const int*>(pos)[pi]);
-  if (p < 0 || p >= max_pos) return;
-  const float* crow = cs + p * 2 * half;
   const int chunks = half / PAIRS;
   const int items = (hq + hk) * chunks;
-  for (int i = threadIdx.x; i < items; i += blockDim.x) {
-    const int h = i / chunks, c = i - h * chunks;
-    T* row = h < hq ? q + b * qb + s * qs + h * qh : k + b * kb + s * ks + (h - hq) * kh;
-    const int j0 = c * PAIRS;
-    float cv[PAIRS], sv[PAIRS];
-    load_floats<PAIRS>(crow + j0, cv);
-    load_floats<PAIRS>(crow + half + j0, sv);
-    if constexpr (GPTJ) {
-      V* at = reinterpret_cast<V*>(row + 2 * j0);
-      V a = *at;
+  T* const qt = q + b * qb + s * qs;
+  T* const kt = k + b * kb + s * ks;
+  for (int i0 = threadIdx.x; i0 < items; i0 += ITEMS * blockDim.x) {
+    // lo: the item's first VEC elements (GPT-J: its pairs), hi: the NeoX partners half further on
+    V* lo[ITEMS];
+    V a[ITEMS], e[ITEMS];
+#pragma unroll
+    for (int it = 0; it < ITEMS; ++it) {
+      const int i = i0 + it * blockDim.x;
+      if (i < items) {
+        const int h = i / chunks, j0 = (i - h * chunks) * PAIRS;
+        T* row = h < hq ? qt + h * qh : kt + (h - hq) * kh;
+        lo[it] = reinterpret_cast<V*>(row + (GPTJ ? 2 * j0 : j0));
+        a[it] = *lo[it];
+        opaque(a[it]);
+        if constexpr (!GPTJ) {
+          e[it] = lo[it][half / VEC];
+          opaque(e[it]);
+        }
+      }
+    }
+    if (p < 0 || p >= max_pos) return;
+    const float* crow = cs + p * 2 * half;
+#pragma unroll
+    for (int it = 0; it < ITEMS; ++it) {
+      const int i = i0 + it * blockDim.x;
+      if (i >= items) continue;
+      const int j0 = (i % chunks) * PAIRS;
+      float cv[PAIRS], sv[PAIRS];
+      load_floats<PAIRS>(crow + j0, cv);
+      load_floats<PAIRS>(crow + half + j0, sv);
 #pragma unroll
       for (int j = 0; j < PAIRS; ++j) {
-        const float x1 = (float)a.v[2 * j], x2 = (float)a.v[2 * j + 1];
-        a.v[2 * j] = T(x1 * cv[j] - x2 * sv[j]);
-        a.v[2 * j + 1] = T(x2 * cv[j] + x1 * sv[j]);
+        const float x1 = GPTJ ? (float)a[it].v[2 * j] : (float)a[it].v[j];
+        const float x2 = GPTJ ? (float)a[it].v[2 * j + 1] : (float)e[it].v[j];
+        const T r1 = T(x1 * cv[j] - x2 * sv[j]), r2 = T(x2 * cv[j] + x1 * sv[j]);
+        if constexpr (GPTJ) {
+          a[it].v[2 * j] = r1;
+          a[it].v[2 * j + 1] = r2;
+        } else {
+          a[it].v[j] = r1;
+          e[it].v[j] = r2;
+        }
       }
-      *at = a;
-    } else {
-      V* lo = reinterpret_cast<V*>(row + j0);
-      V* hi = reinterpret_cast<V*>(row + half + j0);
-      V a = *lo, e = *hi;
-#pragma unroll
-      for (int j = 0; j < PAIRS; ++j) {
-        const float x1 = (float)a.v[j], x2 = (float)e.v[j];
-        a.v[j] = T(x1 * cv[j] - x2 * sv[j]);
-        e.v[j] = T(x2 * cv[j] + x1 * sv[j]);
-      }
-      *lo = a;
-      *hi = e;
+      *lo[it] = a[it];
+      if constexpr (!GPTJ) lo[it][half / VEC] = e[it];
     }
   }
 }
