@@ -33,7 +33,10 @@ _SIG = (
 )
 _STATIC_SMEM = 48 * 1024
 # Tuning knobs (module constants, so that a sweep can set them before the first launch):
-THREADS = 256  # per block, unless one transform needs more
+# threads per block below / from MID points per transform (fewer rows per block
+# at 512-2048 points ran faster on an H100), unless one transform needs more
+THREADS = (256, 128)
+MID = 512
 POINTS = 16  # per thread: one radix-16 butterfly of every stage in registers
 MAX_ROW_SMEM = 72 * 1024  # shared bytes of the longest one-block row (A100: 163 KiB per block)
 
@@ -53,7 +56,7 @@ def geometry(m: int, item: int) -> tuple[int, int]:
     """(threads per transform, transforms per block) of an m-point block
     transform of ``item``-byte complex values: about POINTS points per thread."""
     t = max(1, min(1024, m // POINTS))
-    tpb = max(1, THREADS // t)
+    tpb = max(1, THREADS[m >= MID] // t)
     while tpb > 1 and tpb * padded(m) * item > _STATIC_SMEM:
         tpb //= 2
     return t, tpb
