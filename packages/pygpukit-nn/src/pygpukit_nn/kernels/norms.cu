@@ -55,20 +55,6 @@ __device__ __forceinline__ void row_sum(float& a, float& b) {
   }
 }
 
-// Hides v's bits from the optimizer, so that the floats derived from a row
-// vector are recomputed where used (a few ALU operations) rather than kept
-// live across the reduction (twice the registers of a 16-bit row).
-template <class V>
-__device__ __forceinline__ void opaque(V& v) {
-  if constexpr (sizeof(V) % 4 == 0) {
-    unsigned* w = reinterpret_cast<unsigned*>(&v);
-#pragma unroll
-    for (int i = 0; i < (int)(sizeof(V) / 4); ++i) asm volatile("" : "+r"(w[i]));
-  } else {  // one 16-bit value
-    asm volatile("" : "+h"(*reinterpret_cast<unsigned short*>(&v)));
-  }
-}
-
 // THREADS: the block size the host launches with; bounding the kernel by it
 // (not by 1024) leaves the registers a short block may use unspilled.
 template <class T, class W, int VEC, int NV, int MODE, bool RESID, bool HAS_W, bool HAS_B, bool GROUP, int THREADS>

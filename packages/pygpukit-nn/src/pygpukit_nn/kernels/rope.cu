@@ -36,19 +36,6 @@ __device__ __forceinline__ void load_floats(const float* __restrict__ p, float (
   }
 }
 
-// Makes the compiler take v as used here: the loads of v are issued before
-// the branch on the position, not sunk into it.
-template <class V>
-__device__ __forceinline__ void opaque(V& v) {
-  if constexpr (sizeof(V) % 4 == 0) {
-    unsigned* w = reinterpret_cast<unsigned*>(&v);
-#pragma unroll
-    for (int i = 0; i < (int)(sizeof(V) / 4); ++i) asm volatile("" : "+r"(w[i]));
-  } else {  // one 16-bit value
-    asm volatile("" : "+h"(*reinterpret_cast<unsigned short*>(&v)));
-  }
-}
-
 template <class T, int VEC, bool GPTJ, int ITEMS>
 __global__ void __launch_bounds__(512) rope_inplace(T* __restrict__ q, T* __restrict__ k, const float* __restrict__ cs,
                                                     const void* __restrict__ pos, long long qb, long long qs, long long qh,

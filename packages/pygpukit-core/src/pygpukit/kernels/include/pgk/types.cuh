@@ -159,6 +159,21 @@ template <> struct is_small_float<bfloat16> { static constexpr bool value = true
 template <> struct is_small_float<float8_e4m3> { static constexpr bool value = true; };
 template <> struct is_small_float<float8_e5m2> { static constexpr bool value = true; };
 
+// Hides v's bits from the optimizer (an empty asm that "changes" them): the
+// loads of v are issued here rather than sunk into a later branch, and values
+// derived from v are recomputed where used rather than kept live across a
+// barrier (pygpukit-nn's norms and rope).
+template <class V>
+__device__ __forceinline__ void opaque(V& v) {
+  if constexpr (sizeof(V) % 4 == 0) {
+    unsigned* w = reinterpret_cast<unsigned*>(&v);
+#pragma unroll
+    for (int i = 0; i < (int)(sizeof(V) / 4); ++i) asm volatile("" : "+r"(w[i]));
+  } else {  // one 16-bit value
+    asm volatile("" : "+h"(*reinterpret_cast<unsigned short*>(&v)));
+  }
+}
+
 // Value conversion with NumPy's meaning. The small floats go through float;
 // double -> bf16/fp8 therefore rounds twice, which can differ from a single
 // rounding only on a tie created by the first one (far below their resolution).
