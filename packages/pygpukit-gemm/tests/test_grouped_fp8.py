@@ -8,6 +8,7 @@ import os
 
 import numpy as np
 import pytest
+from gemm_testing import grouped_reference, uneven_offsets
 
 import pygpukit as gp
 from pygpukit_gemm import grouped, quantize_fp8, tc
@@ -38,14 +39,8 @@ def _contiguous_case(rng, t=300, e=5, n=72, k=64, dtype=E4M3, bias=True):
     x, xs, xf = _quantized(rng, (t, k), dtype)
     w, ws, wf = _quantized(rng, (e, n, k), dtype)
     b = rng.standard_normal((e, n)).astype(np.float32) if bias else None
-    counts = rng.integers(0, 2 * t // e, e)
-    counts[1] = 0  # an expert without tokens
-    ends = np.minimum(np.cumsum(counts), t - 7).astype(np.int32)  # the last 7+ rows belong to no expert
-    ref = np.zeros((t, n))
-    start = 0
-    for i, end in enumerate(ends):
-        ref[start:end] = xf[start:end] @ wf[i].T + (0 if b is None else b[i])
-        start = end
+    ends = uneven_offsets(rng, t, e)
+    ref = grouped_reference(xf, wf, b, ends)
     return (x, xs, w, ws, gp.from_numpy(ends), None if b is None else gp.from_numpy(b)), ref
 
 

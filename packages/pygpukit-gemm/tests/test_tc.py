@@ -7,6 +7,7 @@ import os
 
 import numpy as np
 import pytest
+from gemm_testing import grouped_reference, uneven_offsets
 
 import pygpukit as gp
 from pygpukit_gemm import grouped, tc
@@ -82,14 +83,8 @@ def _moe_case(rng, dtype, t=300, e=5, n=72, k=40, bias=True):
     x = _rand(rng, (t, k), dtype)
     w = _rand(rng, (e, n, k), dtype)
     b = _rand(rng, (e, n), dtype) if bias else None
-    counts = rng.integers(0, 2 * t // e, e)
-    counts[1] = 0  # an expert without tokens
-    ends = np.minimum(np.cumsum(counts), t - 7).astype(np.int32)  # the last 7+ rows belong to no expert
-    ref = np.zeros((t, n))
-    start = 0
-    for i, end in enumerate(ends):
-        ref[start:end] = x[start:end] @ w[i].T + (0 if b is None else b[i])
-        start = end
+    ends = uneven_offsets(rng, t, e)
+    ref = grouped_reference(x, w, b, ends)
     g = [gp.from_numpy(v.astype(dtype)) for v in (x, w)]
     return g, gp.from_numpy(ends), None if b is None else gp.from_numpy(b.astype(dtype)), ref
 
