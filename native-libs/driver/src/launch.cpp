@@ -1,8 +1,12 @@
-// launch(func, gx, gy, gz, bx, by, bz, shared_mem, stream, args) -> None
+// launch(func, gx, gy, gz, bx, by, bz, shared_mem, stream, args[, dependent]) -> None
 //
 // `args` holds the kernel parameters packed in the CUDA ABI layout; it is
 // handed to cuLaunchKernel with CU_LAUNCH_PARAM_BUFFER_POINTER/SIZE. Parsing
 // is done by hand (no pybind11 dispatch) to keep the host overhead small.
+// `dependent` (SM 90+): launch with programmatic stream serialization, so the
+// kernel's blocks may start before the previous kernel on the stream ends; the
+// kernel itself waits for it (griddepcontrol.wait, pgk/pdl.cuh) before it
+// touches what that work wrote.
 #include "launch.h"
 
 #include <atomic>
@@ -82,13 +86,36 @@ std::string kernel_description(CUfunction f, const unsigned int *g, const unsign
 // cuLaunchKernel with the per-thread context check, one retry when another
 // library switched the context, and the PYGPUKIT_SYNC_DEBUG check. Returns
 // nullptr with a Python error set on failure, else Py_None (new reference).
+// One launch; `dependent` adds the programmatic-serialization attribute
+// (cuLaunchKernelEx, where the driver has it; a plain launch otherwise).
+CUresult launch_once(CUfunction f, const unsigned int *g, const unsigned int *b, unsigned int smem, CUstream s,
+                     void **params, void **extra, bool dependent) {
+  if (!dependent || cu.LaunchKernelEx == nullptr)
+    return cu.LaunchKernel(f, g[0], g[1], g[2], b[0], b[1], b[2], smem, s, params, extra);
+  CUlaunchAttribute attr{};
+  attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+  attr.value.programmaticStreamSerializationAllowed = 1;
+  CUlaunchConfig cfg{};
+  cfg.gridDimX = g[0];
+  cfg.gridDimY = g[1];
+  cfg.gridDimZ = g[2];
+  cfg.blockDimX = b[0];
+  cfg.blockDimY = b[1];
+  cfg.blockDimZ = b[2];
+  cfg.sharedMemBytes = smem;
+  cfg.hStream = s;
+  cfg.attrs = &attr;
+  cfg.numAttrs = 1;
+  return cu.LaunchKernelEx(&cfg, f, params, extra);
+}
+
 PyObject *do_launch(CUfunction f, const unsigned int *g, const unsigned int *b, unsigned int smem,
-                    unsigned long long stream, void **params, void **extra) {
+                    unsigned long long stream, void **params, void **extra, bool dependent = false) {
   if (!selected_ctx_is_current() && !slow_make_current()) return nullptr;
   CUstream s = reinterpret_cast<CUstream>(static_cast<uintptr_t>(stream));
   bump(g_stats.launches);
   const int token = gate_enter(stream);
-  CUresult r = cu.LaunchKernel(f, g[0], g[1], g[2], b[0], b[1], b[2], smem, s, params, extra);
+  CUresult r = launch_once(f, g, b, smem, s, params, extra, dependent);
   if (r == CUDA_ERROR_INVALID_CONTEXT || r == CUDA_ERROR_CONTEXT_IS_DESTROYED || r == CUDA_ERROR_INVALID_HANDLE) {
     // Another library may have switched this thread's context behind the
     // thread_local cache: verify with the driver and retry once.
@@ -96,11 +123,12 @@ PyObject *do_launch(CUfunction f, const unsigned int *g, const unsigned int *b, 
     CUcontext cur = nullptr;
     if (want != nullptr && cu.CtxGetCurrent(&cur) == CUDA_SUCCESS && cur != want &&
         make_current(want, true) == CUDA_SUCCESS) {
-      r = cu.LaunchKernel(f, g[0], g[1], g[2], b[0], b[1], b[2], smem, s, params, extra);
+      r = launch_once(f, g, b, smem, s, params, extra, dependent);
     }
   }
   if (r != CUDA_SUCCESS) {
-    set_py_cuda_error("cuLaunchKernel", r, kernel_description(f, g, b, smem, stream) + ")");
+    set_py_cuda_error(dependent && cu.LaunchKernelEx != nullptr ? "cuLaunchKernelEx" : "cuLaunchKernel", r,
+                      kernel_description(f, g, b, smem, stream) + ")");
     return nullptr;
   }
   gate_exit(token, stream);
@@ -119,13 +147,15 @@ PyObject *do_launch(CUfunction f, const unsigned int *g, const unsigned int *b, 
 }
 
 PyObject *py_launch(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
-  if (nargs != 10) {
+  if (nargs != 10 && nargs != 11) {
     PyErr_Format(PyExc_TypeError,
-                 "launch(func, gx, gy, gz, bx, by, bz, shared_mem, stream, args) takes 10 positional "
-                 "arguments (%zd given)",
+                 "launch(func, gx, gy, gz, bx, by, bz, shared_mem, stream, args[, dependent]) takes 10 or 11 "
+                 "positional arguments (%zd given)",
                  nargs);
     return nullptr;
   }
+  int dependent = 0;
+  if (nargs == 11 && (dependent = PyObject_IsTrue(args[10])) < 0) return nullptr;
   unsigned long long func = 0, stream = 0;
   unsigned int g[3], b[3], smem = 0;
   if (!parse_u64(args[0], &func) || !parse_u32(args[1], &g[0], "gx") || !parse_u32(args[2], &g[1], "gy") ||
@@ -151,7 +181,7 @@ PyObject *py_launch(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
   }
   void *extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, data, CU_LAUNCH_PARAM_BUFFER_SIZE, &size, CU_LAUNCH_PARAM_END};
   CUfunction f = reinterpret_cast<CUfunction>(static_cast<uintptr_t>(func));
-  PyObject *res = do_launch(f, g, b, smem, stream, nullptr, size ? extra : nullptr);
+  PyObject *res = do_launch(f, g, b, smem, stream, nullptr, size ? extra : nullptr, dependent != 0);
   if (have_view) PyBuffer_Release(&view);
   return res;
 }
@@ -267,8 +297,9 @@ void gate_exit(int token, unsigned long long stream) {
 
 PyMethodDef launch_methods[] = {
     {"launch", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(py_launch)), METH_FASTCALL,
-     "launch(func, gx, gy, gz, bx, by, bz, shared_mem, stream, args)\n--\n\n"
-     "Launch a kernel; `args` is a bytes object with the parameters packed in the CUDA ABI layout."},
+     "launch(func, gx, gy, gz, bx, by, bz, shared_mem, stream, args, dependent=False)\n--\n\n"
+     "Launch a kernel; `args` is a bytes object with the parameters packed in the CUDA ABI layout. "
+     "`dependent`: programmatic dependent launch (the kernel waits for its predecessor itself)."},
     {"launch_u64", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(py_launch_u64)), METH_FASTCALL,
      "launch_u64(func, grid_x, block_x, stream, *params)\n--\n\n"
      "Launch a kernel whose parameters are all 8-byte values (pointers, long long), 1-D grid and block."},

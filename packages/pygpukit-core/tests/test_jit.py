@@ -26,6 +26,24 @@ __global__ void scale(T* x, T a, unsigned int n) {
 }
 """
 
+# slow_fill spins, then writes; twice and again are dependent launches that read
+# what the kernel before them wrote (pgk/pdl.cuh).
+DEPENDENT = r"""
+#include "pgk/pdl.cuh"
+extern "C" __global__ void slow_fill(int* x, int n, long long spin) {
+    const long long t0 = clock64();
+    while (clock64() - t0 < spin) {}
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] = i + 1;
+}
+extern "C" __global__ void twice(const int* x, int* y, int n) {
+    pgk::wait_prior_grids();
+    pgk::allow_next_grids();
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = 2 * x[i];
+}
+"""
+
 
 def test_signature_from_source():
     params = signature.find_signature(SAXPY, "saxpy")
@@ -188,6 +206,48 @@ def test_jit_template_kernel_runs(rng):
     x = gp.from_numpy(host)
     k(4, 256, x, 0.5, 1000)
     np.testing.assert_allclose(x.to_numpy(), host * 1.5, rtol=1e-15)
+
+
+class _Sm:
+    def __init__(self, sm):
+        self.sm = sm
+
+
+def test_dependent_launch_needs_a_kernel_that_waits():
+    with pytest.raises(ValueError, match="wait_prior_grids"):
+        gp.jit(SAXPY, "saxpy", dependent_launch=True)
+    k = gp.jit(DEPENDENT, "twice", dependent_launch=True)
+    assert k.dependent(_Sm(90)) and not k.dependent(_Sm(80))  # griddepcontrol is SM 90+
+    assert not gp.jit(DEPENDENT, "twice").dependent(_Sm(90))
+    code = "import pygpukit as gp, sys; sys.path.insert(0, %r); import test_jit as t; " % os.path.dirname(__file__)
+    code += "k = gp.jit(t.DEPENDENT, 'twice', dependent_launch=True); print(k.dependent(t._Sm(90)))"
+    out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYGPUKIT_DEPENDENT_LAUNCH": "0"},
+                         capture_output=True, text=True, check=True)  # fmt: skip
+    assert out.stdout.strip() == "False"
+
+
+@pytest.mark.gpu
+def test_dependent_launches_see_the_previous_kernels_writes():
+    fill = gp.jit(DEPENDENT, "slow_fill")
+    twice = gp.jit(DEPENDENT, "twice", dependent_launch=True)
+    n = 50_000
+    want = 4 * (np.arange(n) + 1)
+    x, y, z = gp.zeros(n, gp.int32), gp.zeros(n, gp.int32), gp.full(n, -7, gp.int32)
+
+    def chain():  # a slow writer (~1 ms), then two dependent readers: z needs x's writes through y
+        fill(-(-n // 256), 256, x, n, 2_000_000)
+        twice(-(-n // 256), 256, x, y, n)
+        twice(-(-n // 256), 256, y, z, n)
+
+    chain()
+    np.testing.assert_array_equal(z.to_numpy(), want)
+    with gp.graph() as g:  # captured: the dependencies become programmatic edges
+        chain()
+    for _ in range(2):
+        for a in (x, y, z):
+            a[...] = -1
+        g.replay()
+        np.testing.assert_array_equal(z.to_numpy(), want)
 
 
 @pytest.mark.gpu

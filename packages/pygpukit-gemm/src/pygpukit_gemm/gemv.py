@@ -76,11 +76,12 @@ def kernel(rows: int, fmt: str, ctype: str, tile: tuple[int, int] | None = None)
         expr,
         signature="const void* x, const void* q, const void* scales, const void* bias, void* y, int N, int K, int G",
         name="gemv.cu",
+        dependent_launch=True,
     )
 
 
-# Launches prepared per call signature: (CUfunction, grid, threads, output shape).
-_launches: dict[tuple, tuple[int, int, int, tuple[int, ...]]] = {}
+# Launches prepared per call signature: (CUfunction, grid, threads, output shape, dependent launch).
+_launches: dict[tuple, tuple[int, int, int, tuple[int, ...], bool]] = {}
 _PARAMS = struct.Struct("@PPPPPiii")  # the kernel's parameters, in the CUDA ABI layout
 
 
@@ -91,13 +92,13 @@ def run(x: gp.GPUArray, q: gp.GPUArray, scales: gp.GPUArray | None, fmt: str, n:
     ahead of a ~15-50 us kernel."""
     try:
         bkey = None if bias is None else (bias._shape, bias._dtype, bias._contig)
-        fn, grid, threads, out_shape = _launches[x._shape, x._dtype, x._strides, x._ptr & 15, fmt, q._shape, group, bkey]
+        fn, grid, threads, out_shape, dep = _launches[x._shape, x._dtype, x._strides, x._ptr & 15, fmt, q._shape, group, bkey]
     except (KeyError, AttributeError):
         return _first(x, q, scales, fmt, n, k, group, bias)
     stream = current_stream_handle()
     y = gp.GPUArray._empty(out_shape, x._dtype, stream)
     params = _PARAMS.pack(x._ptr, q._ptr, 0 if scales is None else scales._ptr, 0 if bias is None else bias._ptr, y._ptr, n, k, group)
-    _runtime.get().native.launch(fn, grid, 1, 1, threads, 1, 1, 0, stream, params)
+    _runtime.get().native.launch(fn, grid, 1, 1, threads, 1, 1, 0, stream, params, dep)
     return y
 
 
@@ -120,8 +121,10 @@ def _first(x: gp.GPUArray, q: gp.GPUArray, scales: Any, fmt: str, n: int, k: int
         kern(grid, warps * 32, x2, q, scales, b, y, n, k, group)
         if direct:
             bkey = None if bias is None else (bias._shape, bias._dtype, bias._contig)
-            fn = kern._function(_runtime.get())
-            _launches[x._shape, x._dtype, x._strides, x._ptr & 15, fmt, q._shape, group, bkey] = (fn, grid, warps * 32, (*lead, n))
+            rt = _runtime.get()
+            _launches[x._shape, x._dtype, x._strides, x._ptr & 15, fmt, q._shape, group, bkey] = (
+                kern._function(rt), grid, warps * 32, (*lead, n), kern.dependent(rt)
+            )
     return y.reshape(*lead, n)
 
 

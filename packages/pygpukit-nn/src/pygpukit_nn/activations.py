@@ -171,6 +171,7 @@ def _kernel(ct: str, act: str, gated: bool, vec: int) -> Any:
         f"pgk::act_rows<{ct}, {act}, {'true' if gated else 'false'}, {vec}, {UNROLL}, {THREADS}>",
         signature="const void* g, long long gs, const void* u, long long us, void* y, long long rows, int n, int tiles",
         name="activations.cu",
+        dependent_launch=True,
     )
 
 
@@ -184,7 +185,7 @@ def block_shape(nvec: int) -> tuple[int, int, int]:
 
 
 _PARAMS = struct.Struct("@PqPqPqii")
-_plans: dict[tuple, tuple[Any, int, int, int, int]] = {}  # call signature -> (function, vec, block x, block y, tiles)
+_plans: dict[tuple, tuple[Any, bool, int, int, int, int]] = {}  # call signature -> (function, dependent, vec, block x, y, tiles)
 
 
 def _run(act: str, g: Any, u: Any) -> gp.GPUArray:
@@ -203,9 +204,9 @@ def _run(act: str, g: Any, u: Any) -> gp.GPUArray:
             vec //= 2
         if FAST_SILU and act == "pgk::Silu" and dt.itemsize == 2:
             act = "pgk::SiluFast"
-        fn = _kernel(_CTYPES[dt], act, uv is not None, vec)._function(_runtime.get())
-        plan = _plans[key] = (fn, vec, *block_shape(n // vec))
-    fn, vec, bx, by, tiles = plan
+        kern, rt = _kernel(_CTYPES[dt], act, uv is not None, vec), _runtime.get()
+        plan = _plans[key] = (kern._function(rt), kern.dependent(rt), vec, *block_shape(n // vec))
+    fn, dep, vec, bx, by, tiles = plan
     stream = current_stream_handle()
     y = gp.GPUArray._empty(g.shape, dt, stream)
     rows = g.size // n
@@ -213,7 +214,7 @@ def _run(act: str, g: Any, u: Any) -> gp.GPUArray:
     if blocks >= 2**31:
         raise ValueError(f"{act}: {rows} rows of {n} are too many for one launch")
     params = _PARAMS.pack(gv.data_ptr, gs, 0 if uv is None else uv.data_ptr, us, y.data_ptr, rows, n, tiles)
-    _runtime.get().native.launch(fn, blocks, 1, 1, bx, by, 1, 0, stream, params)
+    _runtime.get().native.launch(fn, blocks, 1, 1, bx, by, 1, 0, stream, params, dep)
     return y
 
 

@@ -142,6 +142,7 @@ def _kernel(t: str, kt: str, d: int, rows: int, paged: bool, warps: int, keys: i
         "const float* k_scale, const float* v_scale, float* part, int* counters, int Hq, int Hkv, int Tq, int chunks, int splits, "
         "int cap, int block_shift, int table_width, int window, float qk_scale",
         name="decode_attn.cu",
+        dependent_launch=True,
     )
 
 
@@ -197,7 +198,7 @@ def _plan(q: Any, k_cache: Any, v_cache: Any, lengths: Any, block_table: Any, k_
     rt.native.function_set_max_dynamic_shared_memory(fn, _smem(lay.head_dim, lay.fp8, rows, MAX_SPLITS))  # the same for every plan of fn
     part = 0 if splits == 1 else lay.batch * tq * hq * splits * (lay.head_dim + 2)
     ints = (hq, lay.heads, tq, chunks, splits, lay.cap, lay.block_shift, lay.table_width, win)
-    return fn, splits * chunks, lay.heads, lay.batch, WARPS * 32, smem, splits, part, lay.batch * lay.heads * chunks, ints, sc * _LOG2E
+    return fn, kern.dependent(rt), splits * chunks, lay.heads, lay.batch, WARPS * 32, smem, splits, part, lay.batch * lay.heads * chunks, ints, sc * _LOG2E
 
 
 def kernel_decode_attention(q: Any, k_cache: Any, v_cache: Any, lengths: Any, block_table: Any, k_scale: Any, v_scale: Any,
@@ -217,7 +218,7 @@ def kernel_decode_attention(q: Any, k_cache: Any, v_cache: Any, lengths: Any, bl
     plan = _plans.get(key)
     if plan is None:
         plan = _plans[key] = _plan(q, k_cache, v_cache, lengths, block_table, k_scale, v_scale, max_len, scale, window, keys)
-    fn, gx, gy, gz, threads, smem, splits, part_n, count_n, ints, qk = plan
+    fn, dep, gx, gy, gz, threads, smem, splits, part_n, count_n, ints, qk = plan
     if not q._contig or q._ptr % 16:
         q = q.copy()
     stream = current_stream_handle()
@@ -233,7 +234,7 @@ def kernel_decode_attention(q: Any, k_cache: Any, v_cache: Any, lengths: Any, bl
         0 if k_scale is None else k_scale._ptr, 0 if v_scale is None else v_scale._ptr,
         0 if part is None else part._ptr, 0 if counters is None else counters._ptr, *ints, qk,
     )  # fmt: skip
-    _runtime.get().native.launch(fn, gx, gy, gz, threads, 1, 1, smem, stream, params)
+    _runtime.get().native.launch(fn, gx, gy, gz, threads, 1, 1, smem, stream, params, dep)
     return out
 
 

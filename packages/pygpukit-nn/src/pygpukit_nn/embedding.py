@@ -85,6 +85,7 @@ def gather_kernel(access: int) -> Any:
         f"pgk::embedding_gather<{ACCESS[access]}>",
         signature="const void* w, long long ws, const void* ids, int ids64, void* out, long long rows, int nvec, long long vocab",
         name="embedding.cu",
+        dependent_launch=True,
     )
 
 
@@ -133,7 +134,8 @@ def embedding_cuda(ids: Any, weight: Any, check: bool) -> gp.GPUArray:
         flat = ids if ids._contig else ids.copy()
         rt = _runtime.get()
         params = _PARAMS.pack(weight._ptr, ws, flat._ptr, int(ids._dtype == np.int64), out._ptr, ids._size, nvec, vocab)
-        rt.native.launch(kern._fn.get(rt.sm) or kern._function(rt), grid, 1, 1, bx, by, 1, 0, current_stream_handle(), params)
+        fn = kern._fn.get(rt.sm) or kern._function(rt)
+        rt.native.launch(fn, grid, 1, 1, bx, by, 1, 0, current_stream_handle(), params, kern.dependent(rt))
     return out
 
 

@@ -286,13 +286,18 @@ def _append_kernel(ti: str, kt: str, paged: bool, advance: bool) -> Any:
         "void* kc, void* vc, int* lengths, const int* counts, const int* table, const float* k_scale, const float* v_scale, "
         "int T, int Hkv, int D, int cap, int block_shift, int table_width",
         name="kv_cache.cu",
+        dependent_launch=True,
     )
 
 
 @functools.cache
 def _advance_kernel() -> Any:
     return gp.jit(
-        _kernels.source("kv_cache"), "pgk::kv_advance", signature="int* lengths, const int* counts, int T, int B", name="kv_cache.cu"
+        _kernels.source("kv_cache"),
+        "pgk::kv_advance",
+        signature="int* lengths, const int* counts, int T, int B",
+        name="kv_cache.cu",
+        dependent_launch=True,
     )
 
 
@@ -332,9 +337,10 @@ def _plan_append(k: Any, v: Any, k_cache: Any, v_cache: Any, lengths: Any, count
     tiles = max(1, -(-items // APPEND_TILE_ITEMS))
     threads = 256 if items > 128 else 128
     rt = _runtime.get()
-    fn = _append_kernel(_CTYPES[k.dtype], _CTYPES[k_cache.dtype], lay.paged, tiles == 1)._function(rt)
+    kern = _append_kernel(_CTYPES[k.dtype], _CTYPES[k_cache.dtype], lay.paged, tiles == 1)
     adv = None if tiles == 1 else _advance_kernel()._function(rt)
-    return fn, tiles, threads, adv, t, lay, _token_strides(k), _token_strides(v)
+    dep = kern.dependent(rt)  # kv_advance's too: both wait for what came before
+    return kern._function(rt), dep, tiles, threads, adv, t, lay, _token_strides(k), _token_strides(v)
 
 
 def _sig(a: Any) -> Any:
@@ -348,7 +354,7 @@ def kernel_kv_append(k: Any, v: Any, k_cache: Any, v_cache: Any, lengths: Any, c
     plan = _append_plans.get(key)
     if plan is None:
         plan = _append_plans[key] = _plan_append(k, v, k_cache, v_cache, lengths, counts, block_table, k_scale, v_scale)
-    fn, tiles, threads, adv, t, lay, ks, vs = plan
+    fn, dep, tiles, threads, adv, t, lay, ks, vs = plan
     if ks is None:
         k = k.copy()
         ks = _token_strides(k)
@@ -363,9 +369,9 @@ def kernel_kv_append(k: Any, v: Any, k_cache: Any, v_cache: Any, lengths: Any, c
         0 if k_scale is None else k_scale._ptr, 0 if v_scale is None else v_scale._ptr,
         t, lay.heads, lay.head_dim, lay.cap, lay.block_shift, lay.table_width,
     )  # fmt: skip
-    native.launch(fn, tiles, lay.batch, 1, threads, 1, 1, 0, stream, params)
+    native.launch(fn, tiles, lay.batch, 1, threads, 1, 1, 0, stream, params, dep)
     if adv is not None:
-        native.launch(adv, -(-lay.batch // 256), 1, 1, 256, 1, 1, 0, stream, struct.pack("@PPii", lengths._ptr, cp, t, lay.batch))
+        native.launch(adv, -(-lay.batch // 256), 1, 1, 256, 1, 1, 0, stream, struct.pack("@PPii", lengths._ptr, cp, t, lay.batch), dep)
 
 
 def kernel_kv_gather(

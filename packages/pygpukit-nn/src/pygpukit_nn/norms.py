@@ -183,6 +183,7 @@ def _kernel(ct: str, wt: str, vec: int, nv: int, mode: int, resid: bool, has_w: 
         signature="const void* x, long long xs, const void* res, long long rs, void* h, const void* w, const void* b, void* y, "
         "long long rows, int n, int groups, int chan_len, float eps",
         name="norms.cu",
+        dependent_launch=True,
     )
 
 
@@ -215,7 +216,7 @@ _plans: dict[tuple, tuple[int, int, int, int, int, int, int, int, int]] = {}
 
 
 def _launch(plan: tuple, x: Any, res: Any, w: Any, b: Any, eps: float) -> tuple[gp.GPUArray, Any]:
-    fn, tpr, by, rows, n, xs, rs, groups, chan_len = plan
+    fn, dep, tpr, by, rows, n, xs, rs, groups, chan_len = plan
     stream = current_stream_handle()
     y = gp.GPUArray._empty(x._shape, x._dtype, stream)
     h = None if res is None else gp.GPUArray._empty(x._shape, x._dtype, stream)
@@ -224,7 +225,7 @@ def _launch(plan: tuple, x: Any, res: Any, w: Any, b: Any, eps: float) -> tuple[
             x._ptr, xs, 0 if res is None else res._ptr, rs, 0 if h is None else h._ptr,
             0 if w is None else w._ptr, 0 if b is None else b._ptr, y._ptr, rows, n, groups, chan_len, eps,
         )  # fmt: skip
-        _runtime.get().native.launch(fn, -(-rows // by), 1, 1, tpr, by, 1, 0, stream, params)
+        _runtime.get().native.launch(fn, -(-rows // by), 1, 1, tpr, by, 1, 0, stream, params, dep)
     return y, h
 
 
@@ -253,7 +254,8 @@ def _run(op: str, x: Any, res: Any, weight: Any, bias: Any, eps: float, rows: in
     tpr, nv, by = launch_shape(n, vec)
     kern = _kernel(_CTYPES[dt], _CTYPES[wdt], vec, nv, 1 if "layer" in op or op == "group_norm" else 0, rv is not None,
                    w is not None, b is not None, op == "group_norm", tpr * by)  # fmt: skip
-    plan = (kern._function(_runtime.get()), tpr, by, rows, n, xs, rs, groups, chan_len)
+    rt = _runtime.get()
+    plan = (kern._function(rt), kern.dependent(rt), tpr, by, rows, n, xs, rs, groups, chan_len)
     if xv is x and rv is res and w is weight and b is bias:
         _plans[key] = plan
     return _launch(plan, xv, rv, w, b, eps)

@@ -410,7 +410,7 @@ def rope_kernel(ctype: str, vec: int, layout: str) -> Any:
     with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels", "rope.cu")) as f:
         source = f.read()
     gptj = "true" if layout == "gptj" else "false"
-    return gp.jit(source, f"pgk::rope_inplace<{ctype}, {vec}, {gptj}, {ROPE_ITEMS[layout]}>", signature=_SIGNATURE, name="rope.cu")
+    return gp.jit(source, f"pgk::rope_inplace<{ctype}, {vec}, {gptj}, {ROPE_ITEMS[layout]}>", signature=_SIGNATURE, name="rope.cu", dependent_launch=True)
 
 
 def _elem_strides(x: gp.GPUArray, lead_ndim: int) -> tuple[int, int, int] | None:
@@ -506,7 +506,8 @@ def rope_cuda(q: Any, k: Any, cos_sin: Any, positions: Any, layout: str, rotary_
         return q, k
     rt = _runtime.get()
     params = _PARAMS.pack(q._ptr, 0 if k is None else k._ptr, cos_sin._ptr, positions._ptr, *scalars)
-    rt.native.launch(kern._fn.get(rt.sm) or kern._function(rt), grid, 1, 1, bx, by, 1, 0, current_stream_handle(), params)
+    fn = kern._fn.get(rt.sm) or kern._function(rt)
+    rt.native.launch(fn, grid, 1, 1, bx, by, 1, 0, current_stream_handle(), params, kern.dependent(rt))
     return q, k
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Sequence
 
@@ -9,6 +10,9 @@ from .. import _runtime
 from .._errors import BackendError
 from ..streams import current_stream_handle
 from . import compiler, module, signature
+
+# PYGPUKIT_DEPENDENT_LAUNCH=0 launches dependent_launch kernels normally (to compare, or to rule it out).
+DEPENDENT_LAUNCH = os.environ.get("PYGPUKIT_DEPENDENT_LAUNCH", "1") != "0"
 
 
 def _dim3(value: int | Sequence[int], what: str) -> tuple[int, int, int]:
@@ -56,6 +60,12 @@ class JitKernel:
     for scalars. ``arch_suffix="a"`` compiles for the architecture-specific
     target (``sm_90a``: wgmma, setmaxnreg), which then runs on that exact
     architecture only.
+
+    ``dependent_launch=True``: on SM 90+ the kernel is launched as a
+    programmatic dependent launch, its blocks free to start while the previous
+    kernel on the stream finishes; the kernel must then call
+    ``pgk::wait_prior_grids()`` (``pgk/pdl.cuh``) in every thread before it
+    reads anything earlier work wrote or writes anything.
     """
 
     def __init__(
@@ -67,9 +77,17 @@ class JitKernel:
         signature: str | None = None,
         name: str | None = None,
         arch_suffix: str = "",
+        dependent_launch: bool = False,
     ) -> None:
         if not isinstance(source, str) or not isinstance(func, str):
             raise TypeError("jit(source, func): source and func must be str")
+        if dependent_launch and "wait_prior_grids" not in source and "griddepcontrol.wait" not in source:
+            raise ValueError(
+                f"jit kernel {func}: dependent_launch=True needs a kernel that waits for the previous one "
+                "(pgk::wait_prior_grids() or griddepcontrol.wait); this source has neither"
+            )
+        self.dependent_launch = bool(dependent_launch)
+        self._dependent = self.dependent_launch and DEPENDENT_LAUNCH
         self.source = source
         self.func = func
         self.options = tuple(options)
@@ -103,6 +121,11 @@ class JitKernel:
             fn = self._fn[rt.sm] = module.get_function(self.compile(rt.sm), self.func)
         return fn
 
+    def dependent(self, rt: _runtime.Runtime) -> bool:
+        """Whether this kernel's launches on ``rt``'s device are programmatic
+        dependent launches (the ``dependent`` argument of ``native.launch``)."""
+        return self._dependent and rt.sm >= 90
+
     def attributes(self) -> dict:
         """Registers, shared/local memory and max threads per block of the compiled kernel."""
         rt = self._require_cuda()
@@ -130,7 +153,7 @@ class JitKernel:
         packed = self._packer.pack(args)
         handle = stream.handle if stream is not None else current_stream_handle()
         fn = self._fn.get(rt.sm) or self._function(rt)
-        rt.native.launch(fn, g[0], g[1], g[2], b[0], b[1], b[2], shared_mem, handle, packed)
+        rt.native.launch(fn, g[0], g[1], g[2], b[0], b[1], b[2], shared_mem, handle, packed, self._dependent and rt.sm >= 90)
 
     def __repr__(self) -> str:
         sig = ", ".join(f"{p.ctype} {p.name}" for p in self.params)

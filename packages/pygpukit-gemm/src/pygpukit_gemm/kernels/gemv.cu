@@ -24,9 +24,18 @@
 // step (L1-cached: every warp reads the same x) and used for every column;
 // the group scale is applied once per chunk; the warp's partial sums meet by
 // shuffles.
+// Both kernels are dependent launches (pgk/pdl.cuh): before waiting for the
+// previous kernel they request their first weights (registers) and put the
+// start of their rows on the way to L2, so a short GEMV's DRAM latency and
+// ramp overlap the end of the kernel before it.
 #include "pgk/mma.cuh"
+#include "pgk/pdl.cuh"
 
 namespace pgk {
+
+// Bytes of each weight row prefetched to L2 before the wait: the rows of the
+// resident blocks stay well inside L2 (e.g. 132 SMs x 64 rows x 4 KiB = 34 MiB).
+constexpr unsigned kGemvPrefetchRow = 4096;
 
 template <class T>
 __device__ __forceinline__ float to_f(T v) { return static_cast<float>(v); }
@@ -153,8 +162,9 @@ gemv(const TX* __restrict__ x, const unsigned char* __restrict__ q, const void* 
   const S* __restrict__ scales = static_cast<const S*>(scales_);
   const int lane = threadIdx.x & 31;
   const int n0 = (blockIdx.x * WARPS + (threadIdx.x >> 5)) * COLS;
-  if (n0 >= N) return;
   const long long row_bytes = (long long)K * 16 / PER;
+  if (lane < COLS && n0 + lane < N)
+    prefetch_l2(q + (long long)(n0 + lane) * row_bytes, (unsigned)min(row_bytes, (long long)kGemvPrefetchRow));
   const int groups = FMT::SCALED ? K / G : 0;
   float acc[M][COLS];
 #pragma unroll
@@ -171,7 +181,10 @@ gemv(const TX* __restrict__ x, const unsigned char* __restrict__ q, const void* 
       dst[c] = reinterpret_cast<const uint4*>(q + (long long)n * row_bytes)[s];
     }
   };
-  if (lane < steps) load(w, lane);
+  if (n0 < N && lane < steps) load(w, lane);
+  wait_prior_grids();
+  allow_next_grids();
+  if (n0 >= N) return;
   for (int s = lane; s < steps; s += 32) {
     if (s + 32 < steps) load(next, s + 32);
     const long long k0 = (long long)s * PER;
@@ -280,9 +293,13 @@ gemv_int4_mma(const TX* __restrict__ x, const unsigned char* __restrict__ q, con
       ds[h] = scales[(long long)rows[h] * groups + (long long)s * 128 / G];
     }
   };
+  if (warp == 0 && lane < 16 && n0 + lane < N)
+    prefetch_l2(q + (long long)(n0 + lane) * row_bytes, (unsigned)min(row_bytes, (long long)kGemvPrefetchRow));
 #pragma unroll
   for (int i = 0; i < DEPTH; ++i)
     if (warp + i * WARPS < steps) load(w[i], sc[i], warp + i * WARPS);
+  wait_prior_grids();
+  allow_next_grids();
   for (int s0 = warp; s0 < steps; s0 += DEPTH * WARPS) {
 #pragma unroll
     for (int i = 0; i < DEPTH; ++i) {  // slot i holds step s0 + i * WARPS (unrolled: the ring stays in registers)

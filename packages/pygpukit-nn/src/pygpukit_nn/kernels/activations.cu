@@ -15,6 +15,7 @@
 // vector, the division was most of the address arithmetic and took the
 // registers that held a 256-thread block to three per SM).
 #include "pgk/math.cuh"
+#include "pgk/pdl.cuh"
 
 namespace pgk {
 
@@ -41,6 +42,8 @@ struct SiluFast {
 template <class T, class ACT, bool GATED, int VEC, int UNROLL, int THREADS>
 __global__ void __launch_bounds__(THREADS) act_rows(const T* __restrict__ g, long long gs, const T* __restrict__ u, long long us,
                                                     T* __restrict__ y, long long rows, int n, int tiles) {
+  wait_prior_grids();  // a dependent launch (pgk/pdl.cuh)
+  allow_next_grids();
   using V = Vec<T, VEC>;
   const int nvec = n / VEC;
   const unsigned rb = blockIdx.x / (unsigned)tiles, tile = blockIdx.x - rb * (unsigned)tiles;

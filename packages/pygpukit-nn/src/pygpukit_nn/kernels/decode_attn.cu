@@ -47,6 +47,7 @@
 // tokens are the last Tq ones, aligned bottom-right) and sees keys j <= its
 // position, and with a window w > 0 only j > position - w.
 #include "pgk/types.cuh"
+#include "pgk/pdl.cuh"
 
 namespace pgk {
 
@@ -151,6 +152,8 @@ decode_attn(const T* __restrict__ q, T* __restrict__ out, const KT* __restrict__
             const int* __restrict__ lengths, const int* __restrict__ table, const float* __restrict__ k_scale,
             const float* __restrict__ v_scale, float* __restrict__ part, int* __restrict__ counters, int Hq, int Hkv,
             int Tq, int chunks, int splits, int cap, int block_shift, int table_width, int window, float qk_scale) {
+  wait_prior_grids();  // a dependent launch (pgk/pdl.cuh)
+  allow_next_grids();
   using C = Chunk8<KT>;
   using Raw = typename C::Raw;
   constexpr int THREADS = WARPS * 32;

@@ -8,12 +8,15 @@
 // thread), blockDim.y rows share a block. An id outside [0, vocab) gives a
 // row of zeros: w is never read out of bounds.
 #include "pgk/types.cuh"
+#include "pgk/pdl.cuh"
 
 namespace pgk {
 
 template <class V>
 __global__ void __launch_bounds__(256) embedding_gather(const V* __restrict__ w, long long ws, const void* __restrict__ ids, int ids64,
                                                         V* __restrict__ out, long long rows, int nvec, long long vocab) {
+  wait_prior_grids();  // a dependent launch (pgk/pdl.cuh)
+  allow_next_grids();
   const long long r = (long long)blockIdx.x * blockDim.y + threadIdx.y;
   if (r >= rows) return;
   const long long id = ids64 ? static_cast<const long long*>(ids)[r] : static_cast<long long>(static_cast<const int*>(ids)[r]);

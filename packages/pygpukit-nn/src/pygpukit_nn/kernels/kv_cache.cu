@@ -16,6 +16,7 @@
 // e4m3(clamp(x / scale[h], -448, 448)): saturating, so no NaN is ever stored,
 // with the rounding of pgk::float8_e4m3 (ml_dtypes'), as astype on the host.
 #include "pgk/types.cuh"
+#include "pgk/pdl.cuh"
 
 namespace pgk {
 
@@ -75,6 +76,8 @@ kv_append(const TI* __restrict__ k, const TI* __restrict__ v, long long kb, long
           long long vh, KT* __restrict__ kc, KT* __restrict__ vc, int* lengths, const int* __restrict__ counts,
           const int* __restrict__ table, const float* __restrict__ k_scale, const float* __restrict__ v_scale, int T, int Hkv, int D,
           int cap, int block_shift, int table_width) {
+  wait_prior_grids();  // a dependent launch (pgk/pdl.cuh)
+  allow_next_grids();
   const int b = blockIdx.y;
   const int start = lengths[b];
   const int count = counts != nullptr ? max(0, min(counts[b], T)) : T;
@@ -98,6 +101,8 @@ kv_append(const TI* __restrict__ k, const TI* __restrict__ v, long long kb, long
 
 // lengths[b] += counts[b] (or T), after a kv_append of several tiles per sequence.
 __global__ void kv_advance(int* lengths, const int* __restrict__ counts, int T, int B) {
+  wait_prior_grids();  // a dependent launch (pgk/pdl.cuh)
+  allow_next_grids();
   const int b = blockIdx.x * blockDim.x + threadIdx.x;
   if (b < B) lengths[b] += counts != nullptr ? max(0, min(counts[b], T)) : T;
 }

@@ -28,6 +28,7 @@
 // g * C / G + i / L. The host picks VEC dividing L so a vector stays in one
 // channel.
 #include "pgk/types.cuh"
+#include "pgk/pdl.cuh"
 
 namespace pgk {
 
@@ -61,6 +62,8 @@ template <class T, class W, int VEC, int NV, int MODE, bool RESID, bool HAS_W, b
 __global__ void __launch_bounds__(THREADS) norm_rows(const T* __restrict__ x, long long xs, const T* __restrict__ res, long long rs,
                                                   T* __restrict__ h_out, const W* __restrict__ w, const W* __restrict__ b,
                                                   T* __restrict__ y, long long rows, int n, int groups, int chan_len, float eps) {
+  wait_prior_grids();  // a dependent launch (pgk/pdl.cuh)
+  allow_next_grids();
   using V = Vec<T, VEC>;
   const int tpr = blockDim.x;
   const long long r = (long long)blockIdx.x * blockDim.y + threadIdx.y;

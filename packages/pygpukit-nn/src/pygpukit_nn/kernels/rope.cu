@@ -21,6 +21,7 @@
 // [0, max_pos) leaves the token's q and k as they are (never read out of
 // bounds).
 #include "pgk/types.cuh"
+#include "pgk/pdl.cuh"
 
 namespace pgk {
 
@@ -42,6 +43,8 @@ __global__ void __launch_bounds__(512) rope_inplace(T* __restrict__ q, T* __rest
                                                     long long kb, long long ks, long long kh, long long pb, long long ps,
                                                     int pos64, int seq, int tokens, int hq, int hk, int half, int max_pos) {
   static_assert(!GPTJ || VEC % 2 == 0, "an interleaved pair must lie in one access");
+  wait_prior_grids();  // a dependent launch (pgk/pdl.cuh)
+  allow_next_grids();
   using V = Vec<T, VEC>;
   constexpr int PAIRS = GPTJ ? VEC / 2 : VEC;
   const int t = blockIdx.x * blockDim.y + threadIdx.y;
