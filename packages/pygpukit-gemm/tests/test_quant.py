@@ -102,9 +102,12 @@ def test_qlinear_against_float64(rng, fmt, dtype, xshape):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [gp.bfloat16, gp.float16], ids=str)
-@pytest.mark.parametrize("xshape", [(1, 4096), (8, 1024), (2, 3, 520)])
+@pytest.mark.parametrize("xshape", [(1, 4096), (8, 1024), (5, 896), (2, 3, 520)])
 def test_gemv_linear_against_float64(rng, dtype, xshape):
-    """The plain-weight GEMV behind linear for decode rows (routed to it)."""
+    """The plain-weight GEMV behind linear for decode rows (routed to it): on
+    tensor cores where K is a multiple of 128, else the FFMA kernel."""
+    from pygpukit_gemm import gemv
+
     n = 333
     x = rng.standard_normal(xshape).astype(dtype)
     w = rng.standard_normal((n, xshape[-1])).astype(dtype)
@@ -117,6 +120,7 @@ def test_gemv_linear_against_float64(rng, dtype, xshape):
         assert y.shape == (*xshape[:-1], n)
         assert np.max(np.abs(y.to_numpy().astype(np.float64) - r)) / np.max(np.abs(r)) < 1e-2
     assert gp.ops.which("linear", gx, gw[:, :8]) != "gemm:gemv"  # a strided weight: not the kernel's case
+    assert gemv.variant("plain", dtype, 0, xshape[-1]) == ("plain" if xshape[-1] % 128 else "plain_mma")
 
 
 @pytest.mark.gpu
@@ -145,12 +149,14 @@ def test_gemv_variant_and_grid():
     assert gemv.variant("int4", gp.bfloat16, 128) == gemv.variant("int4", gp.float16, 256) == "int4_mma"
     assert gemv.variant("int4", gp.float32, 128) == "int4" and gemv.variant("int4", gp.bfloat16, 64) == "int4"
     assert gemv.variant("int8", gp.bfloat16, 128) == "int8"
+    assert gemv.variant("plain", gp.bfloat16, 0, 896) == gemv.variant("plain", gp.float16, 0, 4096) == "plain_mma"
+    assert gemv.variant("plain", gp.bfloat16, 0, 520) == gemv.variant("plain", gp.float32, 0, 896) == "plain"
     assert gemv.grid_of("int4_mma", (4, 2), 1000) == 63 and gemv.grid_of("int8", (4, 4), 1000) == 63
     assert gemv.grid_of("plain", (8, 1), 1001) == 126
     # int4 on tensor cores: warps a block to bring the grid near MMA_WARPS_PER_SM a SM, 4 to 16, at most K / 128
     assert gemv.tile_of("int4_mma", 1, 14336, 4096, 132) == (4, 1)  # 896 blocks
     assert gemv.tile_of("int4_mma", 8, 4096, 14336, 132) == (16, 1)  # 256 blocks
-    assert gemv.tile_of("int4_mma", 1, 896, 4864, 132) == (16, gemv.MMA_DEEP)  # 56 blocks: fewer than SMs
+    assert gemv.tile_of("int4_mma", 1, 896, 4864, 132) == (16, gemv.MMA_DEEP["int4_mma"])  # 56 blocks: fewer than SMs
     assert gemv.tile_of("int4_mma", 1, 64, 256, 132)[0] == 2  # two steps of K
 
 
@@ -181,8 +187,9 @@ def test_gemv_kernels_compile_for_sm80_and_sm90(tmp_path, monkeypatch):
                 kernel = gemv.kernel(rows, fmt, ctype)
                 for sm in (80, 90) if rows in (1, gemv.MAX_ROWS) else (90,):
                     assert kernel.compile(sm).image[:4] == b"\x7fELF"
-        for ctype in ("pgk::bfloat16", "pgk::half"):  # int4 on tensor cores, at the tiles tile_of gives
-            for tile in {gemv.tile_of("int4_mma", rows, n, k) for n, k in ((14336, 4096), (4096, 14336), (64, 128))}:
-                kernel = gemv.kernel(rows, "int4_mma", ctype, tile)
-                for sm in (80, 90) if rows in (1, gemv.MAX_ROWS) else (90,):
-                    assert kernel.compile(sm).image[:4] == b"\x7fELF"
+        for ctype in ("pgk::bfloat16", "pgk::half"):  # on tensor cores, at the tiles tile_of gives
+            for fmt in gemv.MMA:
+                for tile in {gemv.tile_of(fmt, rows, n, k) for n, k in ((14336, 4096), (4096, 14336), (896, 4864), (64, 128))}:
+                    kernel = gemv.kernel(rows, fmt, ctype, tile)
+                    for sm in (80, 90) if rows in (1, gemv.MAX_ROWS) else (90,):
+                        assert kernel.compile(sm).image[:4] == b"\x7fELF"

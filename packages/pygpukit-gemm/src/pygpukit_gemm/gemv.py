@@ -23,49 +23,57 @@ MAX_ROWS = 8  # rows of activations the kernel takes
 # format -> ((warps per block, output columns per warp) up to SMALL rows, and above):
 # the fastest on an H100 at Llama-3-8B's MLP shapes (4096 <-> 14336), bf16 activations.
 TILES = {"plain": ((8, 1), (4, 4)), "int8": ((16, 2), (4, 4)), "int4": ((4, 4), (4, 4)), "fp8": ((8, 2), (4, 4))}
-# "int4_mma" (int4 weights on tensor cores, half activations, groups of 128k):
-# 16 columns a block (the mma tile's rows); warps a block (taking turns over
-# K) as many as bring the grid to MMA_WARPS_PER_SM a SM, 4 to 16; a warp's
-# steps in flight: one, or MMA_DEEP where the grid has fewer blocks than SMs
-# (there a warp's own latency is the time). Both ran fastest on an H100 at
-# Llama-3-8B's and Qwen2-0.5B's MLP shapes.
+# The tensor-core variants (MMA: half activations; int4 weights in groups of
+# 128k, or plain weights with K a multiple of 128): 16 columns a block (the
+# mma tile's rows); warps a block (taking turns over K) as many as bring the
+# grid to MMA_WARPS_PER_SM a SM, 4 to 16; a warp's steps in flight: one, or
+# MMA_DEEP where the grid has fewer blocks than SMs (there a warp's own
+# latency is the time). Both ran fastest on an H100 at Llama-3-8B's and
+# Qwen2-0.5B's MLP shapes (int4).
 MMA_WARPS_PER_SM = 24
-MMA_DEEP = 3
+MMA_DEEP = {"int4_mma": 3, "plain_mma": 2}  # plain: 4x the bytes a step, registers for 16 warps
 SMALL = 2
 _FORMATS = {"int8": "pgk::Int8", "int4": "pgk::Int4", "fp8": "pgk::Fp8"}
+MMA = {"int4_mma": "pgk::Int4Operands<{}>", "plain_mma": "pgk::PlainOperands"}  # variant -> gemv.cu's operands
 _CTYPES = {np.dtype(gp.bfloat16): "pgk::bfloat16", np.dtype(gp.float16): "pgk::half", np.dtype(gp.float32): "float"}
 HALF = (np.dtype(gp.bfloat16), np.dtype(gp.float16))
 
 
 def tile_of(fmt: str, rows: int, n: int = 0, k: int = 0, sms: int = 132) -> tuple[int, int]:
     """(warps per block, columns per warp) for ``rows`` rows of ``fmt``; for
-    "int4_mma", (warps per block, steps in flight) for an (n, k) weight on ``sms`` SMs."""
-    if fmt == "int4_mma":
+    the MMA variants, (warps per block, steps in flight) for an (n, k) weight on ``sms`` SMs."""
+    if fmt in MMA:
         blocks = max(1, -(-n // 16))
         want = -(-MMA_WARPS_PER_SM * sms // blocks)
-        return min(16, max(4, 1 << (want - 1).bit_length()), max(1, k // 128)), MMA_DEEP if blocks < sms else 1
+        return min(16, max(4, 1 << (want - 1).bit_length()), max(1, k // 128)), MMA_DEEP[fmt] if blocks < sms else 1
     small, large = TILES[fmt]
     return small if rows <= SMALL else large
 
 
-def variant(fmt: str, dtype: Any, group: int) -> str:
-    """The kernel for ``fmt`` weights (groups of ``group``) and ``dtype`` activations:
-    int4 with half activations and groups of a multiple of 128 runs on tensor cores."""
-    return "int4_mma" if fmt == "int4" and np.dtype(dtype) in HALF and group % 128 == 0 else fmt
+def variant(fmt: str, dtype: Any, group: int, k: int = 0) -> str:
+    """The kernel for ``fmt`` weights (groups of ``group``, ``k`` inputs) and
+    ``dtype`` activations: with half activations, int4 in groups of a multiple
+    of 128 and plain weights with k a multiple of 128 run on tensor cores."""
+    if np.dtype(dtype) in HALF:
+        if fmt == "int4" and group % 128 == 0:
+            return "int4_mma"
+        if fmt == "plain" and k > 0 and k % 128 == 0:
+            return "plain_mma"
+    return fmt
 
 
 def grid_of(fmt: str, tile: tuple[int, int], n: int) -> int:
     """Blocks for ``n`` output columns."""
     warps, cols = tile
-    return -(-n // (16 if fmt == "int4_mma" else warps * cols))
+    return -(-n // (16 if fmt in MMA else warps * cols))
 
 
 @cache
 def kernel(rows: int, fmt: str, ctype: str, tile: tuple[int, int] | None = None) -> Any:
     """The kernel for ``rows`` rows of ``ctype`` activations and ``fmt`` weights (a ``variant``)."""
     warps, cols = tile or tile_of(fmt, rows)
-    if fmt == "int4_mma":
-        expr = f"pgk::gemv_int4_mma<{rows}, {warps}, {cols}, {ctype}>"
+    if fmt in MMA:
+        expr = f"pgk::gemv_mma<{rows}, {warps}, {cols}, {ctype}, {MMA[fmt].format(ctype)}>"
     else:
         weight = f"pgk::Plain<{ctype}>" if fmt == "plain" else _FORMATS[fmt]
         expr = f"pgk::gemv<{rows}, {weight}, {warps}, {cols}, {ctype}>"
@@ -114,7 +122,7 @@ def _first(x: gp.GPUArray, q: gp.GPUArray, scales: Any, fmt: str, n: int, k: int
             b = b.copy()
     y = gp.empty((rows, n), x.dtype)
     if rows:
-        kind = variant(fmt, x.dtype, group)
+        kind = variant(fmt, x.dtype, group, k)
         tile = tile_of(kind, rows, n, k, _runtime.get().props["multiprocessor_count"])
         kern = kernel(rows, kind, _CTYPES[np.dtype(x.dtype)], tile)
         warps, grid = tile[0], grid_of(kind, tile, n)

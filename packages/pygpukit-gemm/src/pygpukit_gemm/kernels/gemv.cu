@@ -6,8 +6,9 @@
 //          each nibble the value + 8 (values -8..7), w = q * s[n, k / G];
 //   Fp8:   q float8_e4m3fn [N, K], w = q * s[n, k / G] (s float32).
 // Integer scales are half, symmetric (no zero point). Row n of the weight is
-// contiguous, as in a Linear layer. Int4 weights with half / bfloat16
-// activations and groups of 128k run on tensor cores (gemv_int4_mma, below).
+// contiguous, as in a Linear layer. With half / bfloat16 activations, int4
+// weights in groups of 128k and plain weights with K a multiple of 128 run on
+// tensor cores (gemv_mma, below).
 //
 // A warp computes COLS output columns for all M rows; a block has WARPS warps.
 // Per step each lane reads 16 bytes of every column's weights (one group, as
@@ -232,24 +233,30 @@ gemv(const TX* __restrict__ x, const unsigned char* __restrict__ q, const void* 
     }
 }
 
-// int4 weights with half / bfloat16 activations and groups of a multiple of
-// 128 values: the products on tensor cores. Per weight the FFMA kernel above
-// spends a PRMT, an FADD and an FFMA, for each row (about 6 instructions a
-// weight at M = 1 as measured, and M = 8 took 2.8x as long as M = 1). Here two nibbles become
-// two exact 16-bit values with one LOP3 (and a shift): (w >> 4i) & 0x000F000F
-// under the exponent of 128 (bf16) or 1024 (half) is 128 + n, and one packed
-// FMA takes 136 (1032) off; mma.sync m16n8k16 then does 256 products per
-// instruction. A 16-row tile of the weight is the mma's A (16 x 16 per k16),
-// the activation rows its B columns (M <= 8 of 8), so the cost does not grow
-// with M. The k order inside a step is free as long as A and B agree: a
-// register's two values are the nibbles (k, k + 4) of one 32-bit word, and
-// the activations are paired the same way by one PRMT.
-// Lane (r, q) = (lane / 4, lane % 4) reads 16 bytes (32 values) of weight
-// rows r and r + 8 at k = 128 s + 32 q, and row r of the activations there; a
-// step of 128 values is one group, so the step's product is scaled once per
-// row and added to the float32 sum. A block's WARPS warps take every
-// WARPS-th step of the same 16 rows (more loads in flight over short K loops)
-// and meet in shared memory; each warp keeps DEPTH steps of weights in flight.
+// Half / bfloat16 activations on tensor cores: int4 weights with groups of a
+// multiple of 128 values, and plain weights of the activations' dtype (K a
+// multiple of 128). Per weight the FFMA kernel above spends a PRMT, an FADD
+// and an FFMA, for each row (about 6 instructions a weight at M = 1 as
+// measured for int4, and M = 8 took 2.8x as long as M = 1). Here mma.sync
+// m16n8k16 does 256 products per instruction: a 16-row tile of the weight is
+// the mma's A (16 x 16 per k16), the activation rows its B columns (M <= 8
+// of 8), so the cost does not grow with M. The k order inside a step is free
+// as long as A and B agree.
+// Lane (r, q) = (lane / 4, lane % 4) reads weight rows r and r + 8 at
+// k = 128 s + 32 q .. + 31 (step s: 128 values) and row r of the
+// activations there (4 x 16 bytes); a block's WARPS warps take every WARPS-th
+// step of the same 16 rows (more loads in flight over short K loops) and meet
+// in shared memory; each warp keeps DEPTH steps of weights in flight.
+// The weight formats (W): LOADS 16-byte loads a row a step, the group scale
+// (applied once a step) or none, and operands(): the A registers and B
+// registers of the step's j-th pair of mma (j < 4) from the lane's weights
+// w[row r / r + 8][LOADS] and its activations xj (k = 128 s + 32 q + 8 j ..).
+//   Int4Mma: one load (32 nibbles). Two nibbles become two exact 16-bit
+//   values with one LOP3 (and a shift): (w >> 4i) & 0x000F000F under the
+//   exponent of 128 (bf16) or 1024 (half) is 128 + n, and one packed FMA takes
+//   136 (1032) off. A register's two values are the nibbles (k, k + 4) of one
+//   32-bit word, and the activations are paired the same way by one PRMT.
+//   PlainMma: four loads (8 values each), already in the mma's pairs.
 template <class TX> struct Int4Mma;
 template <> struct Int4Mma<bfloat16> {
   static constexpr unsigned kMagic = 0x43004300u;  // 128, 128
@@ -268,29 +275,62 @@ template <> struct Int4Mma<half> {
   }
 };
 
-template <int M, int WARPS, int DEPTH, class TX>
+template <class TX>
+struct Int4Operands : Int4Mma<TX> {
+  static constexpr int LOADS = 1;
+  static constexpr bool SCALED = true;
+  __device__ __forceinline__ static void operands(const uint4 (&w)[2][LOADS], const uint4& xj, int j, unsigned (&a)[2][4],
+                                                  unsigned (&b)[4]) {
+    const unsigned xw[4] = {xj.x, xj.y, xj.z, xj.w};
+    const unsigned ww[2] = {(&w[0][0].x)[j], (&w[1][0].x)[j]};  // word j: k = 8j .. 8j + 7 of the lane's 32
+    unsigned t[2][4];
+#pragma unroll
+    for (int p = 0; p < 4; ++p) {  // pair p: k = 8j + p and 8j + 4 + p
+      b[p] = __byte_perm(xw[p >> 1], xw[2 + (p >> 1)], (p & 1) ? 0x7632u : 0x5410u);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) t[h][p] = Int4Mma<TX>::unbias(((ww[h] >> (4 * p)) & 0x000F000Fu) | Int4Mma<TX>::kMagic);
+    }
+    a[0][0] = t[0][0], a[0][1] = t[1][0], a[0][2] = t[0][1], a[0][3] = t[1][1];
+    a[1][0] = t[0][2], a[1][1] = t[1][2], a[1][2] = t[0][3], a[1][3] = t[1][3];
+  }
+};
+
+struct PlainOperands {
+  static constexpr int LOADS = 4;
+  static constexpr bool SCALED = false;
+  __device__ __forceinline__ static void operands(const uint4 (&w)[2][LOADS], const uint4& xj, int j, unsigned (&a)[2][4],
+                                                  unsigned (&b)[4]) {
+    const uint4 r0 = w[0][j], r8 = w[1][j];  // k = 8j .. 8j + 7 of the lane's 32, in pairs
+    a[0][0] = r0.x, a[0][1] = r8.x, a[0][2] = r0.y, a[0][3] = r8.y;
+    a[1][0] = r0.z, a[1][1] = r8.z, a[1][2] = r0.w, a[1][3] = r8.w;
+    b[0] = xj.x, b[1] = xj.y, b[2] = xj.z, b[3] = xj.w;
+  }
+};
+
+template <int M, int WARPS, int DEPTH, class TX, class W>
 __global__ void __launch_bounds__(WARPS * 32)
-gemv_int4_mma(const TX* __restrict__ x, const unsigned char* __restrict__ q, const half* __restrict__ scales,
-              const TX* __restrict__ bias, TX* __restrict__ y, int N, int K, int G) {
-  using C = Int4Mma<TX>;
+gemv_mma(const TX* __restrict__ x, const unsigned char* __restrict__ q, const half* __restrict__ scales,
+         const TX* __restrict__ bias, TX* __restrict__ y, int N, int K, int G) {
+  constexpr int L = W::LOADS;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int r = lane >> 2, quad = lane & 3;
   const int n0 = blockIdx.x * 16;
-  const long long row_bytes = K / 2;
-  const int groups = K / G, steps = K / 128;
+  const long long row_bytes = (long long)K * L / 2;  // 16 L bytes per 32 values
+  const int groups = W::SCALED ? K / G : 0, steps = K / 128;
   const int rows[2] = {min(n0 + r, N - 1), min(n0 + r + 8, N - 1)};  // rows past N repeat the last one, never stored
   const TX* xr = x + (long long)min(r, M - 1) * K + quad * 32;
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   // A ring of DEPTH steps of weights and scales in registers: the warp's
   // next DEPTH - 1 steps are in flight while one is used (a warp's steps are
   // few, so each one waited for would cost a whole DRAM latency).
-  uint4 w[DEPTH][2];
+  uint4 w[DEPTH][2][L];
   half sc[DEPTH][2];
-  auto load = [&](uint4 (&dw)[2], half (&ds)[2], int s) {
+  auto load = [&](uint4 (&dw)[2][L], half (&ds)[2], int s) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      dw[h] = reinterpret_cast<const uint4*>(q + rows[h] * row_bytes)[s * 4 + quad];
-      ds[h] = scales[(long long)rows[h] * groups + (long long)s * 128 / G];
+#pragma unroll
+      for (int v = 0; v < L; ++v) dw[h][v] = reinterpret_cast<const uint4*>(q + rows[h] * row_bytes)[(s * 4 + quad) * L + v];
+      if constexpr (W::SCALED) ds[h] = scales[(long long)rows[h] * groups + (long long)s * 128 / G];
     }
   };
   if (warp == 0 && lane < 16 && n0 + lane < N)
@@ -311,26 +351,23 @@ gemv_int4_mma(const TX* __restrict__ x, const unsigned char* __restrict__ q, con
         xa[v] = r < M ? reinterpret_cast<const uint4*>(xr + (long long)s * 128)[v] : make_uint4(0, 0, 0, 0);
       float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {  // word j: k = 8j .. 8j + 7 of the lane's 32
-        const unsigned xw[4] = {xa[j].x, xa[j].y, xa[j].z, xa[j].w};
-        const unsigned ww[2] = {(&w[i][0].x)[j], (&w[i][1].x)[j]};
+      for (int j = 0; j < 4; ++j) {
         unsigned a[2][4], b[4];
-#pragma unroll
-        for (int p = 0; p < 4; ++p) {  // pair p: k = 8j + p and 8j + 4 + p
-          b[p] = __byte_perm(xw[p >> 1], xw[2 + (p >> 1)], (p & 1) ? 0x7632u : 0x5410u);
-#pragma unroll
-          for (int h = 0; h < 2; ++h) a[h][p] = C::unbias(((ww[h] >> (4 * p)) & 0x000F000Fu) | C::kMagic);
-        }
-        const unsigned a01[4] = {a[0][0], a[1][0], a[0][1], a[1][1]}, a23[4] = {a[0][2], a[1][2], a[0][3], a[1][3]};
-        mma16816<TX>(d, a01, b[0], b[1]);
-        mma16816<TX>(d, a23, b[2], b[3]);
+        W::operands(w[i], xa[j], j, a, b);
+        mma16816<TX>(d, a[0], b[0], b[1]);
+        mma16816<TX>(d, a[1], b[2], b[3]);
       }
       // d: rows r (d[0], d[1]) and r + 8 (d[2], d[3]) of the tile, activation rows 2q and 2q + 1
-      const float s0f = static_cast<float>(sc[i][0]), s1f = static_cast<float>(sc[i][1]);
-      acc[0] = fmaf(d[0], s0f, acc[0]);
-      acc[1] = fmaf(d[1], s0f, acc[1]);
-      acc[2] = fmaf(d[2], s1f, acc[2]);
-      acc[3] = fmaf(d[3], s1f, acc[3]);
+      if constexpr (W::SCALED) {
+        const float s0f = static_cast<float>(sc[i][0]), s1f = static_cast<float>(sc[i][1]);
+        acc[0] = fmaf(d[0], s0f, acc[0]);
+        acc[1] = fmaf(d[1], s0f, acc[1]);
+        acc[2] = fmaf(d[2], s1f, acc[2]);
+        acc[3] = fmaf(d[3], s1f, acc[3]);
+      } else {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[e] += d[e];
+      }
       if (s + DEPTH * WARPS < steps) load(w[i], sc[i], s + DEPTH * WARPS);
     }
   }
