@@ -6,7 +6,10 @@ of kernels/fft.cu (fft_emulation.py), and their NVRTC compilation anywhere.
 
 Tolerances, max|got - ref| / max|ref|: float64 / complex128 1e-12 (the
 transforms lose O(eps log n)); float32 / complex64 1e-5 (single-precision
-butterflies over float64 twiddles, a few ulps per stage)."""
+butterflies over twiddles of an ulp or so, from
+float64 tables or sincospif, a few ulps per stage)."""
+
+import re
 
 import fft_emulation as em
 import numpy as np
@@ -148,6 +151,37 @@ def test_plans():
     for m in (1, 8, 360, 4096):
         t, tpb = L.geometry(m, 8)
         assert 1 <= t * tpb <= 256 and tpb * L.padded(m) * 8 <= 48 * 1024
+
+
+def test_column_blocks_and_launch_bounds(monkeypatch):
+    """The four-step passes move COLS adjacent columns a block where threads and
+    MAX_ROW_SMEM allow; the long rows and the passes are compiled for REGS
+    registers a thread (resident blocks per SM in the launch bounds), the rest as the compiler likes."""
+    monkeypatch.setattr(L, "COLS", 16)
+    assert L.geometry(256, 8, cols=True) == L.geometry(256, 8) == (16, 16)
+    assert L.geometry(1024, 8) == (64, 2) and L.geometry(1024, 8, cols=True) == (64, 8)
+    monkeypatch.setattr(L, "COLS", 32)
+    assert L.geometry(256, 8, cols=True) == (16, 32) and L.geometry(256, 16, cols=True) == (16, 16)
+    for m, item in ((256, 8), (1024, 8), (4096, 8), (4096, 16), (360, 8)):
+        t, tpb = L.geometry(m, item, cols=True)
+        assert t * tpb <= 1024 and (tpb == 1 or tpb * (L.padded(m) + 1) * item <= L.MAX_ROW_SMEM)
+    monkeypatch.setattr(L, "REGS", 64)
+    assert L.min_blocks(8192, 8, 512, False) == 2 and L.min_blocks(256, 8, 256, True) == 4 and L.min_blocks(256, 16, 128, True) == 4
+    assert L.min_blocks(2048, 8, 128, False) == 0 and L.min_blocks(4096, 16, 256, False) == 0
+    monkeypatch.setattr(L, "REGS", 0)
+    assert L.min_blocks(8192, 8, 512, False) == 0
+
+
+def test_long_row_kernel_fits_two_blocks_per_sm(need_nvrtc):
+    """Unbounded, the 8192-point rfft kernel took 80 registers: one 512-thread block per SM."""
+    from pygpukit import _native
+    from pygpukit.jit import compiler
+
+    kern, t, tpb, _ = L._block_kernel(np.dtype(np.complex64), 8192, -1, L.LD_PAIRS, L.ST_RPOST, False)
+    opts = [*compiler.BASE_OPTIONS, "--gpu-architecture=sm_90", "-Xptxas=-v", *kern.options]
+    log = _native.nvrtc_compile(kern.source, "fft.cu", opts, [kern.func], "cubin")[1]
+    regs = int(re.search(r"Used (\d+) registers", log).group(1))
+    assert 2 * t * tpb * regs <= 65536 and "0 bytes spill stores" in log, log
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 7, 8, 12, 16, 17, 30, 32, 64, 97, 98, 256, 343, 360, 625, 1000, 1024, 2048, 2050, 4096])

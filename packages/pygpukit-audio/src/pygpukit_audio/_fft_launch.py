@@ -39,6 +39,13 @@ THREADS = (256, 128)
 MID = 512
 POINTS = 16  # per thread: one radix-16 butterfly of every stage in registers
 MAX_ROW_SMEM = 72 * 1024  # shared bytes of the longest one-block row (A100: 163 KiB per block)
+# registers a thread (float; double: twice) of the kernels of rows from BIG_POINTS
+# points and of the four-step passes (launch bounds; 0: the compiler's choice):
+# unbounded, the 8192-point row took 80 registers, one 512-thread block per SM
+REGS = 64
+BIG_POINTS = 8192
+SINCOS = True  # float twiddles from sincospif, not gathered from tables (fft.cu: unit_root)
+COLS = 16  # at least this many adjacent columns per block in the four-step passes, as shared memory allows
 
 
 @functools.cache
@@ -52,14 +59,30 @@ def padded(m: int) -> int:
     return m + (m >> 4)
 
 
-def geometry(m: int, item: int) -> tuple[int, int]:
+def geometry(m: int, item: int, cols: bool = False) -> tuple[int, int]:
     """(threads per transform, transforms per block) of an m-point block
-    transform of ``item``-byte complex values: about POINTS points per thread."""
+    transform of ``item``-byte complex values: about POINTS points per thread.
+    ``cols``: the rows are columns of a four-step pass, read or written COLS
+    at a time where the threads and MAX_ROW_SMEM allow (whole sectors per
+    row segment: 2 columns of 1024 points moved 16 bytes per segment)."""
     t = max(1, min(1024, m // POINTS))
     tpb = max(1, THREADS[m >= MID] // t)
+    if cols and COLS > tpb:
+        tpb = max(1, min(COLS, 1024 // t))
+        while tpb > 1 and tpb * (padded(m) + 1) * item > MAX_ROW_SMEM:
+            tpb //= 2
+        return t, tpb
     while tpb > 1 and tpb * padded(m) * item > _STATIC_SMEM:
         tpb //= 2
     return t, tpb
+
+
+def min_blocks(m: int, item: int, threads: int, cols: bool) -> int:
+    """The launch bounds' resident blocks per SM (0: none) of an m-point block
+    transform of ``item``-byte complex values, ``threads`` a block."""
+    if REGS <= 0 or not (cols or m >= BIG_POINTS):
+        return 0
+    return max(1, 65536 // (threads * REGS * max(1, item // 8)))
 
 
 @functools.cache
@@ -68,10 +91,11 @@ def _block_kernel(
 ) -> tuple[Any, int, int, int]:
     """(kernel, threads, transforms per block, shared bytes) of one block transform;
     lcols / scols: the column load / store mapping of the four-step passes."""
-    t, tpb = geometry(m, cdt.itemsize)
+    t, tpb = geometry(m, cdt.itemsize, lcols or scols)
+    minb = min_blocks(m, cdt.itemsize, t * tpb, lcols or scols)
     rad = "".join(f", {r}" for r in plan.radices(m) or ())
-    flags = ", ".join("true" if f else "false" for f in (blue, lcols, scols))
-    expr = f"pgk_fft::fft_block<{_REAL_T[cdt]}, {m}, {t}, {tpb}, {direction}, {load}, {store}, {flags}{rad}>"
+    flags = ", ".join("true" if f else "false" for f in (blue, lcols, scols, SINCOS))
+    expr = f"pgk_fft::fft_block<{_REAL_T[cdt]}, {m}, {t}, {tpb}, {direction}, {load}, {store}, {flags}, {minb}{rad}>"
     kern = gp.jit(_source(), expr, signature=_SIG, name="fft.cu")
     return kern, t, tpb, tpb * (padded(m) + (1 if lcols or scols else 0)) * cdt.itemsize
 

@@ -35,7 +35,8 @@
 // With BLUE the M-point transform runs Bluestein's algorithm for a length
 // L < M: input times the chirp, forward FFT, times bhat (the FFT of the
 // conjugate chirp, 1/M folded in), inverse FFT, times the chirp.
-// Twiddle tables are computed in double precision on the host.
+// Twiddle tables are computed in double precision on the host; with TWC the
+// float kernels compute the stage and four-step twiddles (unit_root) instead.
 
 #include "pgk/types.cuh"
 
@@ -156,16 +157,36 @@ template <int RADIX, int DIR, class R> __device__ __forceinline__ void dft(compl
 __device__ __forceinline__ int sx(int i) { return i + (i >> 4); }
 __host__ __device__ constexpr int padded(int m) { return m + (m >> 4); }
 
-// u[q] *= w^q for w = tw[t] (the sign of DIR): table values at the powers of
-// two q, products of at most log2(RADIX) of them elsewhere (a few ulps, and
-// log2(RADIX) loads per butterfly instead of RADIX - 1).
-template <int DIR, int RADIX, class R>
+// exp(-2 pi i t / n) for 0 <= t < n <= 2^24 (float(t) is exact), two_over_n =
+// 2 / n: the table entry tw[t], or for float with TWC sincospif's (about an
+// ulp, as the table's rounding): the table's gathers (strided in the stages,
+// scattered over an n-point table in the four-step stores) took the L1 pipe
+// that the shared-memory stages need, and missed L1 for long tables.
+template <bool TWC>
+__device__ __forceinline__ complex<float> unit_root(const complex<float>* __restrict__ tw, int t, float two_over_n) {
+  if constexpr (TWC) {
+    float s, c;
+    sincospif(float(t) * two_over_n, &s, &c);
+    return complex<float>(c, -s);
+  } else {
+    return tw[t];
+  }
+}
+template <bool TWC>
+__device__ __forceinline__ complex<double> unit_root(const complex<double>* __restrict__ tw, int t, double) {
+  return tw[t];
+}
+
+// u[q] *= w^q for w = exp(-2 pi i t / M) (the sign of DIR): unit_root at the
+// powers of two q, products of at most log2(RADIX) of them elsewhere (a few
+// ulps, and log2(RADIX) roots per butterfly instead of RADIX - 1).
+template <int DIR, int RADIX, int M, bool TWC, class R>
 __device__ __forceinline__ void twiddle(complex<R> (&u)[RADIX], const complex<R>* __restrict__ tw, int t) {
   complex<R> w[RADIX];
 #pragma unroll
   for (int q = 1; q < RADIX; ++q) {
     const int lo = q & -q;
-    w[q] = q == lo ? dir<DIR>(tw[q * t]) : w[q - lo] * w[lo];
+    w[q] = q == lo ? dir<DIR>(unit_root<TWC>(tw, q * t, R(2.0 / M))) : w[q - lo] * w[lo];
     u[q] = u[q] * w[q];
   }
 }
@@ -181,7 +202,7 @@ template <class R> struct SharedRow {
 // M-point row s; tw[t] = exp(-2 pi i t / M). The stage reads its inputs from
 // src into registers and writes its outputs to s: after a barrier when src
 // is s itself (IN_PLACE), at once when src is global memory.
-template <class R, int M, int T, int DIR, int P, int RADIX, bool IN_PLACE, class Src>
+template <class R, int M, int T, int DIR, bool TWC, int P, int RADIX, bool IN_PLACE, class Src>
 __device__ __forceinline__ void stage(complex<R>* s, const complex<R>* __restrict__ tw, int tid, Src src) {
   constexpr int NB = M / RADIX;
   constexpr int IT = (NB + T - 1) / T;
@@ -201,7 +222,7 @@ __device__ __forceinline__ void stage(complex<R>* s, const complex<R>* __restric
     const int i = tid + it * T;
     if (NB % T == 0 || i < NB) {
       const int k = i % P;
-      if (P > 1) twiddle<DIR>(u[it], tw, k * STRIDE);
+      if (P > 1) twiddle<DIR, RADIX, M, TWC>(u[it], tw, k * STRIDE);
       dft<RADIX, DIR>(u[it]);
       const int j = (i - k) * RADIX + k;
 #pragma unroll
@@ -211,13 +232,13 @@ __device__ __forceinline__ void stage(complex<R>* s, const complex<R>* __restric
   __syncthreads();
 }
 
-template <class R, int M, int T, int DIR, int P, bool IN_PLACE, class Src>
+template <class R, int M, int T, int DIR, bool TWC, int P, bool IN_PLACE, class Src>
 __device__ __forceinline__ void stages(complex<R>*, const complex<R>* __restrict__, int, Src) {}
 
-template <class R, int M, int T, int DIR, int P, bool IN_PLACE, int RADIX, int... REST, class Src>
+template <class R, int M, int T, int DIR, bool TWC, int P, bool IN_PLACE, int RADIX, int... REST, class Src>
 __device__ __forceinline__ void stages(complex<R>* s, const complex<R>* __restrict__ tw, int tid, Src src) {
-  stage<R, M, T, DIR, P, RADIX, IN_PLACE>(s, tw, tid, src);
-  stages<R, M, T, DIR, P * RADIX, true, REST...>(s, tw, tid, SharedRow<R>{s});
+  stage<R, M, T, DIR, TWC, P, RADIX, IN_PLACE>(s, tw, tid, src);
+  stages<R, M, T, DIR, TWC, P * RADIX, true, REST...>(s, tw, tid, SharedRow<R>{s});
 }
 
 struct Rows {
@@ -315,18 +336,19 @@ __device__ __forceinline__ void store(void* out, const complex<R>* z, const comp
 }
 
 // Point k of column col of a four-step pass, v, to row base rb of out.
-// ST_C2C: at rb + col * ois + k * oes, times w^(col * k), w = ptw[1] (ptw: the
-// n = ptw_n point twiddle table; none: no twiddle).
+// ST_C2C: at rb + col * ois + k * oes, times w^(col * k), w = exp(-2 pi i / n)
+// (ptw: the n = ptw_n point twiddle table, two_over_n = 2 / n; none: no
+// twiddle); col < n2 and k < n1 make col * k < n.
 // ST_HMIRROR: the last pass of a real n-point transform over n = n1 * n2 (col
 // = k1 <= n1 / 2, oes = n1, ois = 1): v = X[k1 + n1 k], stored where that is
 // a bin <= n / 2, else as its mirror conj(v) = X[n - k1 - n1 k], a bin no
 // other point stores unless k1 is 0 or n1 / 2 (whose mirrors are in their own rows).
-template <int STORE, int DIR, class R>
-__device__ __forceinline__ void store_col(void* out, complex<R> v, const void* ptw_, long long ptw_n, long long rb, long long col,
-                                          long long ois, long long oes, int k) {
+template <int STORE, int DIR, bool TWC, class R>
+__device__ __forceinline__ void store_col(void* out, complex<R> v, const void* ptw_, long long ptw_n, R two_over_n, long long rb,
+                                          long long col, long long ois, long long oes, int k) {
   complex<R>* o = static_cast<complex<R>*>(out);
   if constexpr (STORE == ST_C2C) {
-    if (ptw_) v = v * dir<DIR>(static_cast<const complex<R>*>(ptw_)[(col * k) % ptw_n]);
+    if (ptw_) v = v * dir<DIR>(unit_root<TWC>(static_cast<const complex<R>*>(ptw_), int(col) * k, two_over_n));
     o[rb + col * ois + k * oes] = v;
   } else {
     const long long x = col + oes * k;
@@ -337,9 +359,9 @@ __device__ __forceinline__ void store_col(void* out, complex<R> v, const void* p
   }
 }
 
-template <class R, int M, int T, int DIR, int... RADICES>
+template <class R, int M, int T, int DIR, bool TWC, int... RADICES>
 __device__ __forceinline__ void transform(complex<R>* s, const complex<R>* __restrict__ tw, int tid) {
-  stages<R, M, T, DIR, 1, true, RADICES...>(s, tw, tid, SharedRow<R>{s});
+  stages<R, M, T, DIR, TWC, 1, true, RADICES...>(s, tw, tid, SharedRow<R>{s});
 }
 
 // One block: blockDim = (T, TPB); row b = blockIdx.x * TPB + threadIdx.y.
@@ -351,9 +373,13 @@ __device__ __forceinline__ void transform(complex<R>* s, const complex<R>* __res
 // are then one value longer against bank conflicts. Column loads take complex
 // or real (LD_REAL) points; column stores write the first L points, times the
 // four-step twiddle (ST_C2C), or the bins k <= n / 2 of a real transform of
-// n = ptw_n points (ST_HMIRROR, see store_col).
-template <class R, int M, int T, int TPB, int DIR, int LOAD, int STORE, bool BLUE, bool LCOLS, bool SCOLS, int... RADICES>
-__global__ void __launch_bounds__(T * TPB) fft_block(
+// n = ptw_n points (ST_HMIRROR, see store_col). TWC: float twiddles from
+// sincospif instead of the tables (unit_root). MINB: the resident blocks per SM
+// to compile for (launch bounds): the 512-thread block of an 8192-point row
+// took 80 registers a thread, which left room for one block per SM.
+template <class R, int M, int T, int TPB, int DIR, int LOAD, int STORE, bool BLUE, bool LCOLS, bool SCOLS, bool TWC, int MINB,
+          int... RADICES>
+__global__ void __launch_bounds__(T * TPB, MINB) fft_block(
     const void* in, void* out, const void* tw_, const void* rtw_, const void* chirp_, const void* bhat_, const void* ptw_,
     const void* win_, long long batch, long long inner, long long ibs, long long iis, long long ies, long long obs, long long ois,
     long long oes, int L, long long ptw_n, double scale_, long long shift, long long clip) {
@@ -382,12 +408,19 @@ __global__ void __launch_bounds__(T * TPB) fft_block(
   const int lin = threadIdx.y * T + threadIdx.x;
   const int crow = lin % TPB;
   const long long cb = (long long)blockIdx.x * TPB + crow;
+  // The column loops are unrolled so that a thread has several loads in
+  // flight (8: all 16 of a 256-point column spilled at 64 registers).
+  constexpr int CIT = (M + T - 1) / T;
   if constexpr (LCOLS) {
     const long long base = cb < batch ? (cb / inner) * ibs + (cb % inner) * iis : 0;
-    for (int j = lin / TPB; j < M; j += T) {
-      complex<R> v(R(0), R(0));
-      if (cb < batch) v = LOAD == LD_REAL ? complex<R>(static_cast<const R*>(in)[base + j * ies], R(0)) : static_cast<const complex<R>*>(in)[base + j * ies];
-      s0[crow * MS + sx(j)] = v;
+#pragma unroll 8
+    for (int c = 0; c < CIT; ++c) {
+      const int j = lin / TPB + c * T;
+      if (M % T == 0 || j < M) {
+        complex<R> v(R(0), R(0));
+        if (cb < batch) v = LOAD == LD_REAL ? complex<R>(static_cast<const R*>(in)[base + j * ies], R(0)) : static_cast<const complex<R>*>(in)[base + j * ies];
+        s0[crow * MS + sx(j)] = v;
+      }
     }
     __syncthreads();
   } else if constexpr (!DIRECT) {
@@ -400,23 +433,29 @@ __global__ void __launch_bounds__(T * TPB) fft_block(
     __syncthreads();
   }
   if constexpr (BLUE) {
-    transform<R, M, T, -1, RADICES...>(s, tw, tid);
+    transform<R, M, T, -1, TWC, RADICES...>(s, tw, tid);
     for (int j = tid; j < M; j += T) s[sx(j)] = s[sx(j)] * dir<DIR>(bhat[j]);
     __syncthreads();
-    transform<R, M, T, 1, RADICES...>(s, tw, tid);
+    transform<R, M, T, 1, TWC, RADICES...>(s, tw, tid);
     for (int j = tid; j < L; j += T) s[sx(j)] = s[sx(j)] * dir<DIR>(chirp[j]);
     __syncthreads();
   } else if constexpr (DIRECT) {  // L == M
     const auto src = [&](int j) { return valid ? load<LOAD, R>(in, win, rtw, ib, ies, j, L, r0, clip) : complex<R>(R(0), R(0)); };
-    stages<R, M, T, DIR, 1, false, RADICES...>(s, tw, tid, src);
+    stages<R, M, T, DIR, TWC, 1, false, RADICES...>(s, tw, tid, src);
   } else {
-    transform<R, M, T, DIR, RADICES...>(s, tw, tid);
+    transform<R, M, T, DIR, TWC, RADICES...>(s, tw, tid);
   }
   if constexpr (SCOLS) {
     if (cb < batch) {
       const long long col = cb % inner;
-      for (int k = lin / TPB; k < L; k += T)
-        store_col<STORE, DIR, R>(out, scale(s0[crow * MS + sx(k)], R(scale_)), ptw_, ptw_n, (cb / inner) * obs, col, ois, oes, k);
+      const R two_over_n = R(2.0 / double(ptw_n));
+#pragma unroll
+      for (int c = 0; c < CIT; ++c) {
+        const int k = lin / TPB + c * T;
+        if (k < L)
+          store_col<STORE, DIR, TWC, R>(out, scale(s0[crow * MS + sx(k)], R(scale_)), ptw_, ptw_n, two_over_n, (cb / inner) * obs, col, ois,
+                                        oes, k);
+      }
     }
   } else if (valid) {
     const Rows orow{inner, obs, ois, oes};
