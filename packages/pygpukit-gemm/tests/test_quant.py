@@ -102,7 +102,7 @@ def test_qlinear_against_float64(rng, fmt, dtype, xshape):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [gp.bfloat16, gp.float16], ids=str)
-@pytest.mark.parametrize("xshape", [(1, 4096), (8, 1024), (5, 896), (2, 3, 520)])
+@pytest.mark.parametrize("xshape", [(1, 4096), (8, 1024), (5, 896), (2, 1, 520)])
 def test_gemv_linear_against_float64(rng, dtype, xshape):
     """The plain-weight GEMV behind linear for decode rows (routed to it): on
     tensor cores where K is a multiple of 128, else the FFMA kernel."""
@@ -121,6 +121,9 @@ def test_gemv_linear_against_float64(rng, dtype, xshape):
         assert np.max(np.abs(y.to_numpy().astype(np.float64) - r)) / np.max(np.abs(r)) < 1e-2
     assert gp.ops.which("linear", gx, gw[:, :8]) != "gemm:gemv"  # a strided weight: not the kernel's case
     assert gemv.variant("plain", dtype, 0, xshape[-1]) == ("plain" if xshape[-1] % 128 else "plain_mma")
+    assert gp.ops.which("linear", gx, gw) == "gemm:gemv"  # the default for decode rows
+    wide = gp.from_numpy(rng.standard_normal((6, 520)).astype(dtype))  # 6 rows of K = 520: cuBLASLt's
+    assert gp.ops.which("linear", wide, gp.from_numpy(w[:, :520].copy())) != "gemm:gemv"
 
 
 @pytest.mark.gpu
@@ -156,8 +159,11 @@ def test_gemv_variant_and_grid():
     # int4 on tensor cores: warps a block to bring the grid near MMA_WARPS_PER_SM a SM, 4 to 16, at most K / 128
     assert gemv.tile_of("int4_mma", 1, 14336, 4096, 132) == (4, 1)  # 896 blocks
     assert gemv.tile_of("int4_mma", 8, 4096, 14336, 132) == (16, 1)  # 256 blocks
-    assert gemv.tile_of("int4_mma", 1, 896, 4864, 132) == (16, gemv.MMA_DEEP["int4_mma"])  # 56 blocks: fewer than SMs
+    assert gemv.tile_of("int4_mma", 1, 896, 4864, 132) == (16, gemv.MMA_DEEP)  # 56 blocks: fewer than SMs
     assert gemv.tile_of("int4_mma", 1, 64, 256, 132)[0] == 2  # two steps of K
+    # plain on tensor cores: a warp a step of K up to 16 warps, then two steps a warp
+    assert gemv.tile_of("plain_mma", 1, 9728, 896) == (8, 1) and gemv.tile_of("plain_mma", 8, 2560, 2048) == (16, 1)
+    assert gemv.tile_of("plain_mma", 1, 896, 4864) == (16, 2) and gemv.tile_of("plain_mma", 1, 64, 128) == (1, 1)
 
 
 def test_quantized_weight_is_plain_data():

@@ -25,13 +25,15 @@ MAX_ROWS = 8  # rows of activations the kernel takes
 TILES = {"plain": ((8, 1), (4, 4)), "int8": ((16, 2), (4, 4)), "int4": ((4, 4), (4, 4)), "fp8": ((8, 2), (4, 4))}
 # The tensor-core variants (MMA: half activations; int4 weights in groups of
 # 128k, or plain weights with K a multiple of 128): 16 columns a block (the
-# mma tile's rows); warps a block (taking turns over K) as many as bring the
-# grid to MMA_WARPS_PER_SM a SM, 4 to 16; a warp's steps in flight: one, or
-# MMA_DEEP where the grid has fewer blocks than SMs (there a warp's own
-# latency is the time). Both ran fastest on an H100 at Llama-3-8B's and
-# Qwen2-0.5B's MLP shapes (int4).
+# mma tile's rows), warps taking turns over the steps of K (128 values).
+# int4: warps a block as many as bring the grid to MMA_WARPS_PER_SM a SM, 4
+# to 16; a warp's steps in flight: one, or MMA_DEEP where the grid has fewer
+# blocks than SMs (there a warp's own latency is the time). plain (4x the
+# bytes a step): one warp a step up to 16 warps, two steps a warp past that,
+# so that the whole of a short K is in flight at once. Both ran fastest on an
+# H100 at Llama-3-8B's, Llama-1.1B's and Qwen2-0.5B's shapes.
 MMA_WARPS_PER_SM = 24
-MMA_DEEP = {"int4_mma": 3, "plain_mma": 2}  # plain: 4x the bytes a step, registers for 16 warps
+MMA_DEEP = 3
 SMALL = 2
 _FORMATS = {"int8": "pgk::Int8", "int4": "pgk::Int4", "fp8": "pgk::Fp8"}
 MMA = {"int4_mma": "pgk::Int4Operands<{}>", "plain_mma": "pgk::PlainOperands"}  # variant -> gemv.cu's operands
@@ -42,10 +44,14 @@ HALF = (np.dtype(gp.bfloat16), np.dtype(gp.float16))
 def tile_of(fmt: str, rows: int, n: int = 0, k: int = 0, sms: int = 132) -> tuple[int, int]:
     """(warps per block, columns per warp) for ``rows`` rows of ``fmt``; for
     the MMA variants, (warps per block, steps in flight) for an (n, k) weight on ``sms`` SMs."""
-    if fmt in MMA:
+    if fmt == "plain_mma":
+        steps = max(1, k // 128)
+        warps = min(16, 1 << (steps - 1).bit_length())
+        return warps, 2 if steps > warps else 1
+    if fmt == "int4_mma":
         blocks = max(1, -(-n // 16))
         want = -(-MMA_WARPS_PER_SM * sms // blocks)
-        return min(16, max(4, 1 << (want - 1).bit_length()), max(1, k // 128)), MMA_DEEP[fmt] if blocks < sms else 1
+        return min(16, max(4, 1 << (want - 1).bit_length()), max(1, k // 128)), MMA_DEEP if blocks < sms else 1
     small, large = TILES[fmt]
     return small if rows <= SMALL else large
 
@@ -137,13 +143,15 @@ def _first(x: gp.GPUArray, q: gp.GPUArray, scales: Any, fmt: str, n: int, k: int
 
 
 def decode_linear(x: Any, w: Any, bias: Any = None) -> bool:
-    """Predicate of ``linear``: at most MAX_ROWS rows, one half dtype, and a
-    weight the kernel reads as it is (contiguous rows, 16-byte aligned)."""
+    """Predicate of ``linear``: one half dtype, a weight the kernel reads as it
+    is (contiguous rows, 16-byte aligned), and rows the GEMV serves faster than
+    cuBLASLt (an H100, decode shapes): up to MAX_ROWS on tensor cores (K a
+    multiple of 128), up to SMALL on the FFMA kernel."""
     k = x.shape[-1] if x.ndim else 0
     return (
         x.dtype == w.dtype
         and x.dtype in HALF
-        and x.size <= MAX_ROWS * k
+        and x.size <= (MAX_ROWS if k % 128 == 0 else SMALL) * k
         and w.ndim == 2
         and w.is_contiguous
         and w.data_ptr % 16 == 0

@@ -19,7 +19,7 @@ from . import __version__, cublaslt, epilogue, gemv, grouped, quant, scaled, tc
 
 PRIORITY = 10
 TC_PRIORITY = 5  # the own tensor-core GEMM: above core's kernel, below cuBLASLt
-GEMV_PRIORITY = 5  # the own decode GEMV for linear: below cuBLASLt
+GEMV_PRIORITY = 11  # the own decode GEMV for linear: above cuBLASLt where it applies (decode_linear)
 _status = {"cublaslt": "not loaded"}
 
 
