@@ -131,14 +131,15 @@ def _quantized(rec: Recorder, impls: list, quick: bool, warm: int, reps: int, rn
         # back-to-back calls, which a decode step's layer-to-layer walk never
         # sees: each call reads the next of several copies, 150 MB or more in all.
         copies = {kind: [q, *(_copy_weight(q) for _ in range(-(-150_000_000 // _nbytes(q)) - 1))] for kind, q in qws.items()}
+        plain = [w, *(w.copy() for _ in range(-(-150_000_000 // w.nbytes) - 1))]  # the same walk for the bf16 products
         for m in (1, 8):
             x_host = _data(rng, (m, k))
             for name, timer, mod in impls:
                 if name == "pygpukit":
                     x = gp.from_numpy(x_host.astype(gp.bfloat16))
                     runs = {
-                        "bf16": [functools.partial(gp.linear, x, w)],
-                        "bf16own": [functools.partial(_routed, "linear", "gemm:gemv", x, w)],
+                        "bf16": [functools.partial(gp.linear, x, c) for c in plain],
+                        "bf16own": [functools.partial(_routed, "linear", "gemm:gemv", x, c) for c in plain],
                     }
                     runs.update({kind: [functools.partial(gp.ops.qlinear, x, c) for c in cs] for kind, cs in copies.items()})
                 elif name == "torch":
