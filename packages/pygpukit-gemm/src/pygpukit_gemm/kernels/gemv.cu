@@ -25,26 +25,16 @@
 // step (L1-cached: every warp reads the same x) and used for every column;
 // the group scale is applied once per chunk; the warp's partial sums meet by
 // shuffles.
-// Both kernels are dependent launches (pgk/pdl.cuh): before waiting for the
-// previous kernel they request their first weights (registers) and put the
-// start of their rows on the way to L2, so a short GEMV's DRAM latency and
-// ramp overlap the end of the kernel before it.
+// Both kernels are dependent launches (pgk/pdl.cuh): they request their first
+// weights (registers) before waiting for the previous kernel, so a short
+// GEMV's DRAM latency and ramp overlap the end of the kernel before it. (An
+// L2 prefetch of more of the weight there, tried on an H100, was no faster for
+// bf16 and slower for int4.)
 #include "pgk/mma.cuh"
 #include "pgk/pdl.cuh"
 
 namespace pgk {
 
-// L2 prefetch before the wait: at most the first kGemvPrefetchRow bytes of a
-// row, and only rows that start within the first kGemvPrefetchSpan bytes of
-// the weight. A dependent grid is launched once the previous one's blocks have
-// all started; prefetching all of a long weight then (every block of the next
-// grid that finds room) doubled the reads of 30 MB int4 weights on an H100.
-constexpr unsigned kGemvPrefetchRow = 4096;
-constexpr long long kGemvPrefetchSpan = 8ll << 20;
-__device__ __forceinline__ void prefetch_row(const unsigned char* q, int n, long long row_bytes) {
-  if ((long long)n * row_bytes < kGemvPrefetchSpan)
-    prefetch_l2(q + (long long)n * row_bytes, (unsigned)min(row_bytes, (long long)kGemvPrefetchRow));
-}
 
 template <class T>
 __device__ __forceinline__ float to_f(T v) { return static_cast<float>(v); }
@@ -172,7 +162,6 @@ gemv(const TX* __restrict__ x, const unsigned char* __restrict__ q, const void* 
   const int lane = threadIdx.x & 31;
   const int n0 = (blockIdx.x * WARPS + (threadIdx.x >> 5)) * COLS;
   const long long row_bytes = (long long)K * 16 / PER;
-  if (lane < COLS && n0 + lane < N) prefetch_row(q, n0 + lane, row_bytes);
   const int groups = FMT::SCALED ? K / G : 0;
   float acc[M][COLS];
 #pragma unroll
@@ -340,7 +329,6 @@ gemv_mma(const TX* __restrict__ x, const unsigned char* __restrict__ q, const ha
       if constexpr (W::SCALED) ds[h] = scales[(long long)rows[h] * groups + (long long)s * 128 / G];
     }
   };
-  if (warp == 0 && lane < 16 && n0 + lane < N) prefetch_row(q, n0 + lane, row_bytes);
 #pragma unroll
   for (int i = 0; i < DEPTH; ++i)
     if (warp + i * WARPS < steps) load(w[i], sc[i], warp + i * WARPS);

@@ -24,16 +24,4 @@ __device__ __forceinline__ void allow_next_grids() {
 #endif
 }
 
-// Start bringing `bytes` (a multiple of 16, from a 16-byte aligned address)
-// into L2 without waiting: a dependent kernel's weights, read before
-// wait_prior_grids() so that the memory streams across the kernel boundary.
-__device__ __forceinline__ void prefetch_l2(const void* p, unsigned bytes) {
-#if __CUDA_ARCH__ >= 900
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
-#else
-  (void)p;
-  (void)bytes;
-#endif
-}
-
 }  // namespace pgk
