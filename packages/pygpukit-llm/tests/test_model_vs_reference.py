@@ -39,6 +39,27 @@ def test_logits_match_the_reference(tmp_path, arch):
 
 
 @pytest.mark.parametrize("arch", ARCHS)
+def test_fused_norm_and_activation_projections_give_the_same_logits(tmp_path, arch, monkeypatch):
+    """The model's fused path (add_rms_norm_linear, swiglu_linear: a GPU kernel for
+    decode rows) forced for every call, served here by those ops' references:
+    the same logits as the ops one by one, prefill and a decode step over the cache."""
+    if "add_rms_norm_linear" not in gp.ops.names():
+        pytest.skip("pygpukit-gemm (which defines the fused ops) is not installed")
+    _write(tmp_path, arch)
+    model = pygpukit_llm.load(tmp_path, "float32")
+    ids = np.random.default_rng(3).integers(0, 300, (2, 9)).astype(np.int32)
+    runs = []
+    for fused in (False, True):
+        monkeypatch.setattr(type(model), "_fusable", lambda self, op, args, fused=fused: fused)
+        cache = model.new_cache(2, 16)
+        first = model(gp.from_numpy(np.ascontiguousarray(ids[:, :8])), None, cache).astype(gp.float64).to_numpy()
+        step = model(gp.from_numpy(np.ascontiguousarray(ids[:, 8:])), np.array([8]), cache).astype(gp.float64).to_numpy()
+        runs.append((first, step))
+    for unfused, fused in zip(*runs):
+        assert _rel(fused, unfused) < 1e-6
+
+
+@pytest.mark.parametrize("arch", ARCHS)
 def test_greedy_generation_matches_the_reference(tmp_path, arch):
     _write(tmp_path, arch)
     model = pygpukit_llm.load(tmp_path, "float32")

@@ -46,6 +46,8 @@ def test_mlp_gated_and_plain(rng, dtype):
     ref = (_silu(x @ gate.T) * (x @ up.T)) @ down.T
     tol = 1e-5 if dtype == np.float32 else 3e-2  # bf16: three roundings of intermediate products
     assert rel_err(mlp(gp.from_numpy(x.astype(dtype))).to_numpy(), ref) < tol
+    gx = gp.from_numpy(x.astype(dtype))
+    np.testing.assert_array_equal(mlp.down_proj(mlp.up(gx)).to_numpy(), mlp(gx).to_numpy())  # the block after its up projection
     plain = layers.MLP(
         layers.Linear(gp.from_numpy(up.astype(dtype))), layers.Linear(gp.from_numpy(down.astype(dtype))), "relu", gated=False
     )
@@ -115,6 +117,9 @@ def test_attention_layer_prefill_and_cached_decode(rng, dtype):
     q, k, v = (a.to_numpy() for a in attn.split_qkv(attn.qkv(g(x))))
     assert q.shape == (2, s, hq, d) and k.shape == v.shape == (2, s, hk, d)
     np.testing.assert_array_equal(np.concatenate([a.reshape(2, s, -1) for a in (q, k, v)], axis=-1), qkv)
+    np.testing.assert_array_equal(attn.attend(attn.qkv(g(x)), pos).to_numpy(), attn(g(x), pos).to_numpy())
+    with pytest.raises(ValueError, match=r"qkv must have \(num_heads \+ 2 \* num_kv_heads\) \* head_dim = 512 features, got 511"):
+        attn.attend(gp.zeros((2, s, 511), g(x).dtype), pos)
     # a cache: 12 tokens through the prefill kernel over the gathered cache, then one decode step
     cache = KVCache(2, 32, hk, d, gp.float32 if dtype == np.float32 else gp.bfloat16)
     first = attn(g(x[:, :12]), pos[:12], cache)

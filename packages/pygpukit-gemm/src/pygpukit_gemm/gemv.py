@@ -3,7 +3,12 @@ activations: ``linear`` with bfloat16 / float16 weights, and ``qlinear`` with
 int8, int4 or fp8 weights and group scales (quant.py). The weight is read
 once, 16 bytes per load, so the time is the weight's bytes over the memory
 bandwidth; each format has the warps per block and columns per warp that ran
-fastest on an H100 (``TILES``)."""
+fastest on an H100 (``TILES``).
+
+Two products fuse the op before them into the tensor-core GEMV (the ops
+``add_rms_norm_linear`` and ``swiglu_linear`` of prologue.py): each block
+builds the few rows of activations in shared memory, so a decode step saves
+the norm's or the activation's kernel and its round trip through memory."""
 
 from __future__ import annotations
 
@@ -164,3 +169,115 @@ def linear(x: Any, w: Any, bias: Any = None) -> gp.GPUArray:
     """``x @ w.T + bias`` for decode (see ``decode_linear``)."""
     n = linear_shapes(x, w, bias)
     return run(x, w, None, "plain", n, x.shape[-1], 0, bias)
+
+
+# -- fused prologues ------------------------------------------------------------------------------
+
+MAX_FUSED_BYTES = 96 * 1024  # the rows of activations a block builds in shared memory (opted in past 48 KB)
+_FUSED = {
+    "add_rms": ("@PPPPfPPPii", "const void* a, const void* r, const void* g, void* h, float eps, const void* q, const void* bias, "
+                "void* y, int N, int K"),
+    "swiglu": ("@PqPPPii", "const void* gu, long long ld, const void* q, const void* bias, void* y, int N, int K"),
+}  # fmt: skip
+_FUSED_PARAMS = {kind: struct.Struct(fmt) for kind, (fmt, _) in _FUSED.items()}
+
+
+@cache
+def fused_kernel(kind: str, rows: int, ctype: str, tile: tuple[int, int]) -> Any:
+    """The tensor-core GEMV of plain weights with the ``kind`` prologue ("add_rms" or "swiglu") for ``rows`` rows."""
+    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels", "gemv.cu")) as f:
+        source = f.read()
+    return gp.jit(source, f"pgk::gemv_mma_{kind}<{rows}, {tile[0]}, {tile[1]}, {ctype}>", signature=_FUSED[kind][1], name="gemv.cu",
+                  dependent_launch=True)  # fmt: skip
+
+
+# Launches prepared per (kind, rows, dtype, n, k): (CUfunction, grid, threads, dependent launch).
+_fused_launches: dict[tuple, tuple[int, int, int, bool]] = {}
+
+
+def _launch_fused(kind: str, rows: int, dtype: np.dtype, n: int, k: int, args: tuple[Any, ...]) -> None:
+    key = (kind, rows, dtype, n, k)
+    plan = _fused_launches.get(key)
+    if plan is None:
+        rt = _runtime.get()
+        tile = tile_of("plain_mma", rows, n, k)
+        kern = fused_kernel(kind, rows, _CTYPES[dtype], tile)
+        fn = kern._function(rt)
+        rt.native.function_set_max_dynamic_shared_memory(fn, MAX_FUSED_BYTES)
+        plan = _fused_launches[key] = (fn, grid_of("plain_mma", tile, n), tile[0] * 32, kern.dependent(rt))
+    fn, grid, threads, dep = plan
+    smem = rows * k * dtype.itemsize
+    _runtime.get().native.launch(fn, grid, 1, 1, threads, 1, 1, smem, current_stream_handle(), _FUSED_PARAMS[kind].pack(*args), dep)
+
+
+def _ptr(a: Any) -> int:
+    return 0 if a is None else a.data_ptr
+
+
+def _aligned(a: Any, x: Any, shape: tuple[int, ...]) -> bool:
+    return isinstance(a, gp.GPUArray) and a.dtype == x.dtype and a.shape == shape and a.is_contiguous and a.data_ptr % 16 == 0
+
+
+def fused_rows(x: Any, k: int) -> bool:
+    """Whether x (..., k) is rows the fused kernels take: a half dtype,
+    contiguous, 16-byte aligned, at most MAX_ROWS rows that fit
+    MAX_FUSED_BYTES, k a multiple of 128 (the tensor-core GEMV's steps)."""
+    return (
+        isinstance(x, gp.GPUArray)
+        and x.dtype in HALF
+        and x.ndim >= 1
+        and x.is_contiguous
+        and x.data_ptr % 16 == 0
+        and k > 0
+        and k % 128 == 0
+        and 0 < x.size // x.shape[-1] <= MAX_ROWS
+        and (x.size // x.shape[-1]) * k * x.itemsize <= MAX_FUSED_BYTES
+    )
+
+
+def _projection_ok(w: Any, bias: Any, x: Any, k: int) -> bool:
+    if not (isinstance(w, gp.GPUArray) and w.ndim == 2 and _aligned(w, x, (w.shape[0], k))):
+        return False
+    return bias is None or (isinstance(bias, gp.GPUArray) and bias.dtype == x.dtype and bias.shape == (w.shape[0],) and bias.is_contiguous)
+
+
+def takes_add_rms_norm_linear(x: Any, residual: Any, weight: Any, eps: Any, w: Any, bias: Any = None) -> bool:
+    """Predicate of ``add_rms_norm_linear``: see ``fused_rows``; the residual like x,
+    the norm weight (k,) or None and the projection's weight in x's dtype."""
+    k = x.shape[-1] if isinstance(x, gp.GPUArray) and x.ndim else 0
+    return (
+        fused_rows(x, k)
+        and (residual is None or _aligned(residual, x, x.shape))
+        and (weight is None or _aligned(weight, x, (k,)))
+        and type(eps) in (int, float)
+        and eps >= 0
+        and _projection_ok(w, bias, x, k)
+    )
+
+
+def add_rms_norm_linear(x: Any, residual: Any, weight: Any, eps: float, w: Any, bias: Any = None) -> tuple[gp.GPUArray, gp.GPUArray]:
+    """``(rms_norm(h, weight, eps) @ w.T + bias, h)`` with ``h = x + residual`` (x when
+    residual is None), in one kernel for decode rows (``takes_add_rms_norm_linear``)."""
+    k, n = x.shape[-1], w.shape[0]
+    y = gp.empty((*x.shape[:-1], n), x.dtype)
+    h = x if residual is None else gp.empty(x.shape, x.dtype)
+    args = (x.data_ptr, _ptr(residual), _ptr(weight), h.data_ptr, float(eps), w.data_ptr, _ptr(bias), y.data_ptr, n, k)
+    _launch_fused("add_rms", x.size // k, x.dtype, n, k, args)
+    return y, h
+
+
+def takes_swiglu_linear(gu: Any, w: Any, bias: Any = None) -> bool:
+    """Predicate of ``swiglu_linear``: gu (..., 2k) of fused [gate, up] rows (see
+    ``fused_rows`` for k), the weight (n, k) in gu's dtype."""
+    if not isinstance(gu, gp.GPUArray) or gu.ndim == 0 or gu.shape[-1] % 2:
+        return False
+    k = gu.shape[-1] // 2
+    return fused_rows(gu, k) and _projection_ok(w, bias, gu, k)
+
+
+def swiglu_linear(gu: Any, w: Any, bias: Any = None) -> gp.GPUArray:
+    """``swiglu(gu) @ w.T + bias`` in one kernel for decode rows (``takes_swiglu_linear``)."""
+    k, n = gu.shape[-1] // 2, w.shape[0]
+    y = gp.empty((*gu.shape[:-1], n), gu.dtype)
+    _launch_fused("swiglu", gu.size // gu.shape[-1], gu.dtype, n, k, (gu.data_ptr, 2 * k, w.data_ptr, _ptr(bias), y.data_ptr, n, k))
+    return y

@@ -15,7 +15,7 @@ import pygpukit as gp
 from pygpukit.linalg import get_matmul_precision, linear_shapes, matmul_shapes
 from pygpukit.plugins import PluginInfo, hookimpl
 
-from . import __version__, cublaslt, epilogue, gemv, grouped, quant, scaled, tc
+from . import __version__, cublaslt, epilogue, gemv, grouped, prologue, quant, scaled, tc
 
 PRIORITY = 10
 TC_PRIORITY = 5  # the own tensor-core GEMM: above core's kernel, below cuBLASLt
@@ -97,10 +97,15 @@ def pygpukit_plugin_info() -> PluginInfo:
 def _register_tensor_cores(registry: Any) -> None:
     """The own tensor-core kernel (tc.py): below cuBLASLt for matmul and linear
     (it serves where cuBLASLt is missing, or when routed to), the only GPU
-    implementation of the grouped products."""
+    implementation of the grouped products; the own GEMV for decode rows, and
+    with a fused prologue (prologue.py) the only GPU implementation there."""
+    registry.define("add_rms_norm_linear", nkey=1, doc=prologue.__doc__ or "")
+    registry.define("swiglu_linear", nkey=1, doc=prologue.__doc__ or "")
     registry.define("grouped_linear", nkey=2, doc=grouped.__doc__ or "")
     registry.define("grouped_linear_masked", nkey=2, doc=grouped.__doc__ or "")
     for backend in ("cuda", "cpu"):
+        registry.register("add_rms_norm_linear", prologue.reference_add_rms_norm_linear, backend=backend, name="reference")
+        registry.register("swiglu_linear", prologue.reference_swiglu_linear, backend=backend, name="reference")
         registry.register("grouped_linear", grouped.reference, backend=backend, name="reference")
         registry.register("grouped_linear_masked", grouped.reference_masked, backend=backend, name="reference")
     half = {"backend": "cuda", "dtypes": ["bfloat16", "float16"], "min_sm": 80, "name": "mma"}
@@ -108,6 +113,9 @@ def _register_tensor_cores(registry: Any) -> None:
     registry.register("linear", tc.linear, priority=TC_PRIORITY, predicate=tc.same_dtype, **half)
     registry.register("fused_linear", tc.fused_linear, priority=TC_PRIORITY, predicate=tc.same_dtype, **half)
     registry.register("linear", gemv.linear, priority=GEMV_PRIORITY, predicate=gemv.decode_linear, **{**half, "name": "gemv"})
+    gemv_fused = {**half, "name": "gemv", "priority": PRIORITY}
+    registry.register("add_rms_norm_linear", gemv.add_rms_norm_linear, predicate=gemv.takes_add_rms_norm_linear, **gemv_fused)
+    registry.register("swiglu_linear", gemv.swiglu_linear, predicate=gemv.takes_swiglu_linear, **gemv_fused)
     registry.register("grouped_linear", grouped.grouped_linear, priority=PRIORITY, predicate=grouped.kernel_dtypes, **half)
     registry.register("grouped_linear_masked", grouped.grouped_linear_masked, priority=PRIORITY, predicate=grouped.kernel_dtypes, **half)
     e4m3 = {"backend": "cuda", "dtypes": [grouped.FP8[0]], "min_sm": 89, "name": "mma_fp8", "priority": PRIORITY}

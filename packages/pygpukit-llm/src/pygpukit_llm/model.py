@@ -73,6 +73,7 @@ class CausalLM:
         self.embed, self.pos_embed, self.layers = embed, pos_embed, layers
         self.final_norm, self.lm_head, self.directory = final_norm, lm_head, directory
         self.tokenizer: Tokenizer | None = None
+        self._fused: dict[tuple[Any, ...], bool] = {}
 
     @property
     def num_layers(self) -> int:
@@ -90,14 +91,48 @@ class CausalLM:
         if self.pos_embed is not None:
             pos = positions if isinstance(positions, gp.GPUArray) else gp.from_numpy(np.asarray(positions, np.int32))
             x = x + _nn().embedding.embedding(pos.astype(gp.int32), self.pos_embed)
-        h, residual = self.layers[0].attn_norm(x), x
+        pending, residual = x, None  # the next norm's input, before the residual add; the residual stream
         for i, layer in enumerate(self.layers):
-            a = layer.attn(h, positions, cache, i, counts)
-            h, residual = layer.mlp_norm.add(a, residual)
-            m = layer.mlp(h.reshape(b * s, -1)).reshape(b, s, -1) if self.spec.moe else layer.mlp(h)
-            nxt = self.layers[i + 1].attn_norm if i + 1 < len(self.layers) else self.final_norm
-            h, residual = nxt.add(m, residual)
-        return h
+            qkv, residual = self._norm_project(layer.attn_norm, layer.attn.qkv, pending, residual)
+            a = layer.attn.attend(qkv, positions, cache, i, counts)
+            if self.spec.moe:
+                h, residual = layer.mlp_norm.add(a, residual)
+                pending = layer.mlp(h.reshape(b * s, -1)).reshape(b, s, -1)
+            else:
+                up, residual = self._norm_project(layer.mlp_norm, layer.mlp.up, a, residual)
+                pending = self._down(layer.mlp, up)
+        return self.final_norm(pending) if residual is None else self.final_norm.add(pending, residual)[0]
+
+    # Decode fuses the norm into the projection after it and the activation into
+    # the down projection (pygpukit-gemm's add_rms_norm_linear / swiglu_linear)
+    # where an implementation other than the reference takes the call (a GPU
+    # kernel for a few rows); elsewhere the ops run one by one, with the same results.
+
+    def _norm_project(self, norm: Any, linear: Any, x: gp.GPUArray, residual: Any) -> tuple[gp.GPUArray, gp.GPUArray]:
+        """``(linear(norm(h)), h)`` with ``h = x + residual`` (x when residual is None)."""
+        nn = _nn()
+        if isinstance(norm, nn.RMSNorm) and isinstance(linear, nn.Linear):
+            args = (x, residual, norm.weight, norm.eps, linear.weight, linear.bias)
+            if self._fusable("add_rms_norm_linear", args):
+                return gp.ops.add_rms_norm_linear(*args)  # type: ignore[no-any-return]
+        normed, h = (norm(x), x) if residual is None else norm.add(x, residual)
+        return linear(normed), h
+
+    def _down(self, mlp: Any, up: gp.GPUArray) -> gp.GPUArray:
+        if mlp.gated and mlp.activation == "silu" and isinstance(mlp.down, _nn().Linear):
+            args = (up, mlp.down.weight, mlp.down.bias)
+            if self._fusable("swiglu_linear", args):
+                return gp.ops.swiglu_linear(*args)  # type: ignore[no-any-return]
+        return mlp.down_proj(up)  # type: ignore[no-any-return]
+
+    def _fusable(self, op: str, args: tuple[Any, ...]) -> bool:
+        """Whether ``op`` exists and a non-reference implementation takes ``args``
+        (asked once per signature: the arrays' shapes and the other arguments)."""
+        k = (op, *(a.shape if isinstance(a, gp.GPUArray) else a for a in args))
+        hit = self._fused.get(k)
+        if hit is None:
+            hit = self._fused[k] = op in gp.ops.names() and not gp.ops.which(op, *args).endswith(":reference")
+        return hit
 
     def logits(self, hidden: gp.GPUArray) -> gp.GPUArray:
         return self.lm_head(hidden)

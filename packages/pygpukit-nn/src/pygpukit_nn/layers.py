@@ -131,7 +131,11 @@ class MLP:
         return cls(Linear(gp.concatenate([gate, up], axis=0)), Linear(down), activation, gated=True)
 
     def __call__(self, x: gp.GPUArray) -> gp.GPUArray:
-        return self.down(self._act(self.up(x)))
+        return self.down_proj(self.up(x))
+
+    def down_proj(self, u: gp.GPUArray) -> gp.GPUArray:
+        """The block after its up projection: ``down(act(u))`` for ``u = self.up(x)``."""
+        return self.down(self._act(u))
 
 
 class Attention:
@@ -200,9 +204,21 @@ class Attention:
     def __call__(
         self, x: gp.GPUArray, positions: Any, cache: KVCache | PagedKVCache | None = None, layer: int = 0, counts: Any = None
     ) -> gp.GPUArray:
-        b, s, _ = _array("Attention: x", x, 3).shape
-        hq, d = self.num_heads, self.head_dim
-        q, k, v = self.split_qkv(self.qkv(x))
+        return self.attend(self.qkv(_array("Attention: x", x, 3)), positions, cache, layer, counts)
+
+    def attend(
+        self, qkv: gp.GPUArray, positions: Any, cache: KVCache | PagedKVCache | None = None, layer: int = 0, counts: Any = None
+    ) -> gp.GPUArray:
+        """The block after its qkv projection (``qkv``: (batch, seq, (Hq + 2 Hk) * D), as
+        ``self.qkv(x)`` gives it; a model that fuses the norm into that projection
+        calls this)."""
+        hq, hk, d = self.num_heads, self.num_kv_heads, self.head_dim
+        b, s, width = _array("Attention: qkv", qkv, 3).shape
+        if width != (hq + 2 * hk) * d:
+            raise ValueError(
+                f"Attention: qkv must have (num_heads + 2 * num_kv_heads) * head_dim = {(hq + 2 * hk) * d} features, got {width}"
+            )
+        q, k, v = self.split_qkv(qkv)
         if self.q_norm is not None:
             q = self.q_norm(q)
         if self.k_norm is not None:

@@ -303,10 +303,12 @@ struct PlainOperands {
   }
 };
 
-template <int M, int WARPS, int DEPTH, class TX, class W>
-__global__ void __launch_bounds__(WARPS * 32)
-gemv_mma(const TX* __restrict__ x, const unsigned char* __restrict__ q, const half* __restrict__ scales,
-         const TX* __restrict__ bias, TX* __restrict__ y, int N, int K, int G) {
+// The kernel's body; x_rows(), called after the wait, gives the M activation
+// rows (row stride K) that the steps read: the input itself, or rows a fused
+// prologue built in shared memory (below).
+template <int M, int WARPS, int DEPTH, class TX, class W, class XRows>
+__device__ __forceinline__ void gemv_mma_body(XRows x_rows, const unsigned char* __restrict__ q, const half* __restrict__ scales,
+                                              const TX* __restrict__ bias, TX* __restrict__ y, int N, int K, int G) {
   constexpr int L = W::LOADS;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int r = lane >> 2, quad = lane & 3;
@@ -314,7 +316,6 @@ gemv_mma(const TX* __restrict__ x, const unsigned char* __restrict__ q, const ha
   const long long row_bytes = (long long)K * L / 2;  // 16 L bytes per 32 values
   const int groups = W::SCALED ? K / G : 0, steps = K / 128;
   const int rows[2] = {min(n0 + r, N - 1), min(n0 + r + 8, N - 1)};  // rows past N repeat the last one, never stored
-  const TX* xr = x + (long long)min(r, M - 1) * K + quad * 32;
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   // A ring of DEPTH steps of weights and scales in registers: the warp's
   // next DEPTH - 1 steps are in flight while one is used (a warp's steps are
@@ -334,6 +335,7 @@ gemv_mma(const TX* __restrict__ x, const unsigned char* __restrict__ q, const ha
     if (warp + i * WARPS < steps) load(w[i], sc[i], warp + i * WARPS);
   wait_prior_grids();
   allow_next_grids();
+  const TX* xr = x_rows() + (long long)min(r, M - 1) * K + quad * 32;
   for (int s0 = warp; s0 < steps; s0 += DEPTH * WARPS) {
 #pragma unroll
     for (int i = 0; i < DEPTH; ++i) {  // slot i holds step s0 + i * WARPS (unrolled: the ring stays in registers)
@@ -381,6 +383,113 @@ gemv_mma(const TX* __restrict__ x, const unsigned char* __restrict__ q, const ha
     const int m = 2 * quad + (e & 1), n = n0 + r + 8 * (e >> 1);
     if (m < M && n < N) y[(long long)m * N + n] = TX(bias ? acc[e] + to_f(bias[n]) : acc[e]);
   }
+}
+
+template <int M, int WARPS, int DEPTH, class TX, class W>
+__global__ void __launch_bounds__(WARPS * 32)
+gemv_mma(const TX* __restrict__ x, const unsigned char* __restrict__ q, const half* __restrict__ scales,
+         const TX* __restrict__ bias, TX* __restrict__ y, int N, int K, int G) {
+  gemv_mma_body<M, WARPS, DEPTH, TX, W>([&] { return x; }, q, scales, bias, y, N, K, G);
+}
+
+// Fused prologues for plain weights (the ops add_rms_norm_linear and
+// swiglu_linear of prologue.py): every block builds the M rows of K
+// activations in shared memory (dynamic, M * K values) from the previous op's
+// output, instead of that op running as a kernel of its own. A decode step
+// then saves the kernel, its wait and its round trip through memory; the
+// rows are a few KB, read from L2 by each block.
+
+// 8 values rounded to TX into dst (16 bytes).
+template <class TX>
+__device__ __forceinline__ void store8(TX* dst, const float (&v)[8]) {
+  Vec<TX, 8> o;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) o.v[j] = TX(v[j]);
+  *reinterpret_cast<Vec<TX, 8>*>(dst) = o;
+}
+
+// y = rms_norm(h) @ w.T (+ bias) with h = a + r rounded to TX (a when r is
+// null), rms_norm(h) = h * rsqrt(mean(h^2) + eps) * g (no g: no scale) in
+// float32, rounded to TX; block 0 writes h (when r is given).
+template <int M, int WARPS, int DEPTH, class TX>
+__global__ void __launch_bounds__(WARPS * 32)
+gemv_mma_add_rms(const TX* __restrict__ a, const TX* __restrict__ r, const TX* __restrict__ g, TX* __restrict__ h, float eps,
+                 const unsigned char* __restrict__ q, const TX* __restrict__ bias, TX* __restrict__ y, int N, int K) {
+  extern __shared__ uint4 fused_rows[];
+  __shared__ float part[WARPS][M];
+  auto build = [&] {
+    TX* rows = reinterpret_cast<TX*>(fused_rows);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    float ss[M];
+#pragma unroll
+    for (int m = 0; m < M; ++m) {
+      ss[m] = 0.0f;
+      for (int i = threadIdx.x * 8; i < K; i += WARPS * 32 * 8) {
+        float v[8];
+        load8(a + (long long)m * K + i, v);
+        if (r != nullptr) {
+          float b[8];
+          load8(r + (long long)m * K + i, b);
+#pragma unroll
+          for (int j = 0; j < 8; ++j) v[j] = to_f(TX(v[j] + b[j]));
+          if (blockIdx.x == 0) store8(h + (long long)m * K + i, v);
+        }
+#pragma unroll
+        for (int j = 0; j < 8; ++j) ss[m] = fmaf(v[j], v[j], ss[m]);
+        store8(rows + m * K + i, v);
+      }
+#pragma unroll
+      for (int off = 16; off > 0; off >>= 1) ss[m] += __shfl_xor_sync(0xffffffffu, ss[m], off);
+      if (lane == 0) part[warp][m] = ss[m];
+    }
+    __syncthreads();
+    float scale[M];
+#pragma unroll
+    for (int m = 0; m < M; ++m) {
+      float t = 0.0f;
+#pragma unroll
+      for (int v = 0; v < WARPS; ++v) t += part[v][m];
+      scale[m] = rsqrtf(t / (float)K + eps);
+    }
+#pragma unroll
+    for (int m = 0; m < M; ++m)
+      for (int i = threadIdx.x * 8; i < K; i += WARPS * 32 * 8) {  // each thread rescales what it wrote
+        float v[8], w8[8];
+        load8(rows + m * K + i, v);
+        if (g != nullptr) load8(g + i, w8);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) v[j] = g != nullptr ? v[j] * scale[m] * w8[j] : v[j] * scale[m];
+        store8(rows + m * K + i, v);
+      }
+    __syncthreads();
+    return static_cast<const TX*>(rows);
+  };
+  gemv_mma_body<M, WARPS, DEPTH, TX, PlainOperands>(build, q, nullptr, bias, y, N, K, 0);
+}
+
+// y = (silu(gate) * up) @ w.T (+ bias), the activation in float32 rounded to
+// TX, for rows gu = [gate (K), up (K)] at row stride ld.
+template <int M, int WARPS, int DEPTH, class TX>
+__global__ void __launch_bounds__(WARPS * 32)
+gemv_mma_swiglu(const TX* __restrict__ gu, long long ld, const unsigned char* __restrict__ q, const TX* __restrict__ bias,
+                TX* __restrict__ y, int N, int K) {
+  extern __shared__ uint4 fused_rows[];
+  auto build = [&] {
+    TX* rows = reinterpret_cast<TX*>(fused_rows);
+#pragma unroll
+    for (int m = 0; m < M; ++m)
+      for (int i = threadIdx.x * 8; i < K; i += WARPS * 32 * 8) {
+        float gv[8], uv[8];
+        load8(gu + m * ld + i, gv);
+        load8(gu + m * ld + K + i, uv);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) gv[j] = gv[j] / (1.0f + expf(-gv[j])) * uv[j];
+        store8(rows + m * K + i, gv);
+      }
+    __syncthreads();
+    return static_cast<const TX*>(rows);
+  };
+  gemv_mma_body<M, WARPS, DEPTH, TX, PlainOperands>(build, q, nullptr, bias, y, N, K, 0);
 }
 
 }  // namespace pgk
