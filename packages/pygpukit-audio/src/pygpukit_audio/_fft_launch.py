@@ -87,14 +87,23 @@ def min_blocks(m: int, item: int, threads: int, cols: bool) -> int:
 
 @functools.cache
 def _block_kernel(
-    cdt: np.dtype, m: int, direction: int, load: int, store: int, blue: bool, lcols: bool = False, scols: bool = False
+    cdt: np.dtype,
+    m: int,
+    direction: int,
+    load: int,
+    store: int,
+    blue: bool,
+    lcols: bool = False,
+    scols: bool = False,
+    wide: bool = False,
 ) -> tuple[Any, int, int, int]:
     """(kernel, threads, transforms per block, shared bytes) of one block transform;
-    lcols / scols: the column load / store mapping of the four-step passes."""
+    lcols / scols: the column load / store mapping of the four-step passes;
+    wide: 64-bit offsets inside rows (see wide())."""
     t, tpb = geometry(m, cdt.itemsize, lcols or scols)
     minb = min_blocks(m, cdt.itemsize, t * tpb, lcols or scols)
     rad = "".join(f", {r}" for r in plan.radices(m) or ())
-    flags = ", ".join("true" if f else "false" for f in (blue, lcols, scols, SINCOS))
+    flags = ", ".join("true" if f else "false" for f in (blue, lcols, scols, SINCOS, wide))
     expr = f"pgk_fft::fft_block<{_REAL_T[cdt]}, {m}, {t}, {tpb}, {direction}, {load}, {store}, {flags}, {minb}{rad}>"
     kern = gp.jit(_source(), expr, signature=_SIG, name="fft.cu")
     return kern, t, tpb, tpb * (padded(m) + (1 if lcols or scols else 0)) * cdt.itemsize
@@ -103,8 +112,15 @@ def _block_kernel(
 _opted_in: set[tuple[int, int]] = set()
 
 
+def wide(m: int, ies: int, oes: int) -> bool:
+    """Whether the offsets inside the rows of an m-point block transform (at
+    most 2m + 2 elements of stride ies / oes, real pairs included) need 64 bits."""
+    return (2 * m + 2) * max(abs(ies), abs(oes)) >= 1 << 31
+
+
 def _launch_block(key: tuple, args: tuple, batch: int) -> None:
-    kern, t, tpb, smem = _block_kernel(*key)
+    """key: _block_kernel's arguments but wide, which comes from the strides in args."""
+    kern, t, tpb, smem = _block_kernel(*key, wide=wide(key[1], args[12], args[15]))
     if smem > _STATIC_SMEM:
         rt = _runtime.get()
         fn = kern._function(rt)

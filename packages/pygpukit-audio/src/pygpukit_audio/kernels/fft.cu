@@ -13,7 +13,11 @@
 // (b % inner) * is, so one kernel serves contiguous rows, any axis, the
 // columns of a four-step pass and the frames of an STFT (a frame is a row of
 // the padded signal starting at t * hop). Real inputs and outputs are
-// addressed in real elements, complex ones in complex elements. Real loads
+// addressed in real elements, complex ones in complex elements. A thread
+// computes its row bases once, in 64 bits; the offsets j * es inside a row
+// are ints unless WIDE (the host's choice, for rows that span 2^31 elements
+// or more): 64-bit index math per point cost more instructions than the
+// butterflies in the four-step passes. Real loads
 // may shift each row's start left and read zeros outside the row (clip > 0):
 // a centred STFT's constant padding without a padded copy of the signal.
 //
@@ -25,13 +29,13 @@
 //   LD_HERM   n/2+1 Hermitian bins expanded to n (odd irfft)
 //   LD_IRPRE  n/2+1 bins folded into the n/2-point input of an even irfft
 // Store modes:
-//   ST_C2C    complex rows, times an optional four-step twiddle w^(inner * k)
+//   ST_C2C    complex rows (column stores: times an optional four-step twiddle)
 //   ST_RPOST  the n/2+1 bins of an even rfft from its half-length transform
 //   ST_REAL   the real part (odd irfft)
 //   ST_IRPOST z_j as (x[2j], x[2j+1]) (even irfft)
 //   ST_HALF   the first L/2+1 bins (odd rfft)
 //   ST_HMIRROR (column stores) the bins <= n/2 of the last pass of a real
-//             four-step transform (see store_col)
+//             four-step transform (see store_cols)
 // With BLUE the M-point transform runs Bluestein's algorithm for a length
 // L < M: input times the chirp, forward FFT, times bhat (the FFT of the
 // conjugate chirp, 1/M folded in), inverse FFT, times the chirp.
@@ -156,6 +160,12 @@ template <int RADIX, int DIR, class R> __device__ __forceinline__ void dft(compl
 // strided accesses of the stages over the banks (host: _fft_launch.padded).
 __device__ __forceinline__ int sx(int i) { return i + (i >> 4); }
 __host__ __device__ constexpr int padded(int m) { return m + (m >> 4); }
+// sx(j + d) for j >= 0 and a constant d >= 0: sx(j) + sx(d) when 16 divides
+// d, sx(j) + d when NOCARRY (j % 16 + d < 16). The compiler did not see
+// either and spent three integer instructions on each shared access.
+template <bool NOCARRY = false> __device__ __forceinline__ int sx_at(int j, int d) {
+  return d % 16 == 0 ? sx(j) + padded(d) : NOCARRY ? sx(j) + d : sx(j + d);
+}
 
 // exp(-2 pi i t / n) for 0 <= t < n <= 2^24 (float(t) is exact), two_over_n =
 // 2 / n: the table entry tw[t], or for float with TWC sincospif's (about an
@@ -191,11 +201,11 @@ __device__ __forceinline__ void twiddle(complex<R> (&u)[RADIX], const complex<R>
   }
 }
 
-// Point j of the row in shared memory: the source of every stage but a first
-// one that reads global memory directly.
+// Point j + d (d a constant) of the row in shared memory: the source of every
+// stage but a first one that reads global memory directly.
 template <class R> struct SharedRow {
   const complex<R>* s;
-  __device__ __forceinline__ complex<R> operator()(int j) const { return s[sx(j)]; }
+  __device__ __forceinline__ complex<R> operator()(int j, int d) const { return s[sx_at(j, d)]; }
 };
 
 // One Stockham stage (P: points of the sub-transforms done so far) of the
@@ -213,7 +223,7 @@ __device__ __forceinline__ void stage(complex<R>* s, const complex<R>* __restric
     const int i = tid + it * T;
     if (NB % T == 0 || i < NB) {
 #pragma unroll
-      for (int q = 0; q < RADIX; ++q) u[it][q] = src(i + q * NB);
+      for (int q = 0; q < RADIX; ++q) u[it][q] = src(i, q * NB);
     }
   }
   if (IN_PLACE) __syncthreads();
@@ -224,9 +234,10 @@ __device__ __forceinline__ void stage(complex<R>* s, const complex<R>* __restric
       const int k = i % P;
       if (P > 1) twiddle<DIR, RADIX, M, TWC>(u[it], tw, k * STRIDE);
       dft<RADIX, DIR>(u[it]);
+      // j % 16 + q P < 16 when P RADIX divides 16 (j % (P RADIX) = k < P)
       const int j = (i - k) * RADIX + k;
 #pragma unroll
-      for (int q = 0; q < RADIX; ++q) s[sx(j + q * P)] = u[it][q];
+      for (int q = 0; q < RADIX; ++q) s[sx_at<16 % (P * RADIX) == 0>(j, q * P)] = u[it][q];
     }
   }
   __syncthreads();
@@ -241,39 +252,49 @@ __device__ __forceinline__ void stages(complex<R>* s, const complex<R>* __restri
   stages<R, M, T, DIR, TWC, P * RADIX, true, REST...>(s, tw, tid, SharedRow<R>{s});
 }
 
-struct Rows {
-  long long inner, bs, is, es;
-  __device__ __forceinline__ long long base(long long b) const { return (b / inner) * bs + (b % inner) * is; }
-};
+// The type of the offsets inside a row (see the top).
+template <bool WIDE> struct Index { using type = int; };
+template <> struct Index<true> { using type = long long; };
 
-// A real sample at base + off, or 0 where the in-row index r0 + off falls
-// outside [0, clip) (clip > 0: the zero padding of a centred STFT, read
-// virtually instead of padding the signal).
-template <class R> __device__ __forceinline__ R real_at(const R* x, long long base, long long r0, long long off, long long clip) {
-  return clip > 0 && (r0 + off < 0 || r0 + off >= clip) ? R(0) : x[base + off];
+// The element at offset base of p, of type R when REAL, else complex<R>.
+template <bool REAL, class R> struct Elem { using type = complex<R>; };
+template <class R> struct Elem<true, R> { using type = R; };
+template <bool REAL, class R> __device__ __forceinline__ const typename Elem<REAL, R>::type* row_at(const void* p, long long base) {
+  return static_cast<const typename Elem<REAL, R>::type*>(p) + base;
+}
+template <bool REAL, class R> __device__ __forceinline__ typename Elem<REAL, R>::type* row_at(void* p, long long base) {
+  return static_cast<typename Elem<REAL, R>::type*>(p) + base;
 }
 
-// Element j (< L) of the complex input of transform b, by load mode.
-template <int LOAD, class R>
-__device__ __forceinline__ complex<R> load(const void* in, const R* __restrict__ win, const complex<R>* __restrict__ rtw,
-                                           long long base, long long es, int j, int L, long long r0 = 0, long long clip = 0) {
+// A real sample at x[off], or 0 where the in-row index r0 + off falls outside
+// [0, clip) (clip > 0: the zero padding of a centred STFT, read virtually
+// instead of padding the signal).
+template <class R, class I> __device__ __forceinline__ R real_at(const R* x, long long r0, I off, long long clip) {
+  return clip > 0 && (r0 + off < 0 || r0 + off >= clip) ? R(0) : x[off];
+}
+
+// Element j (< L) of the complex input of a transform whose row starts at
+// row (real elements for LD_REAL and LD_PAIRS, complex ones otherwise), by load mode.
+template <int LOAD, class R, class I>
+__device__ __forceinline__ complex<R> load(const void* row, const R* __restrict__ win, const complex<R>* __restrict__ rtw, I es, int j,
+                                           int L, long long r0 = 0, long long clip = 0) {
   if constexpr (LOAD == LD_C2C) {
-    return static_cast<const complex<R>*>(in)[base + j * es];
+    return static_cast<const complex<R>*>(row)[I(j) * es];
   } else if constexpr (LOAD == LD_REAL) {
-    const R v = real_at(static_cast<const R*>(in), base, r0, j * es, clip);
+    const R v = real_at(static_cast<const R*>(row), r0, I(j) * es, clip);
     return complex<R>(win ? v * win[j] : v, R(0));
   } else if constexpr (LOAD == LD_PAIRS) {
-    const R* x = static_cast<const R*>(in);
-    const long long off = 2LL * j * es;
+    const R* x = static_cast<const R*>(row);
+    const I off = 2 * I(j) * es;
     R a, b;
-    const R* p = x + base + off;  // not read unless inside the row
+    const R* p = x + off;  // not read unless inside the row
     if (es == 1 && (reinterpret_cast<size_t>(p) & (2 * sizeof(R) - 1)) == 0 && (clip <= 0 || (r0 + off >= 0 && r0 + off + 1 < clip))) {
       const complex<R> v = *reinterpret_cast<const complex<R>*>(p);  // one aligned 2-wide load
       a = v.re;
       b = v.im;
     } else {
-      a = real_at(x, base, r0, off, clip);
-      b = real_at(x, base, r0, off + es, clip);
+      a = real_at(x, r0, off, clip);
+      b = real_at(x, r0, off + es, clip);
     }
     if (win) {
       a *= win[2 * j];
@@ -281,12 +302,12 @@ __device__ __forceinline__ complex<R> load(const void* in, const R* __restrict__
     }
     return complex<R>(a, b);
   } else {
-    const complex<R>* X = static_cast<const complex<R>*>(in);
+    const complex<R>* X = static_cast<const complex<R>*>(row);
     if constexpr (LOAD == LD_HERM) {  // L odd; X_0's imaginary part is ignored, as NumPy does
-      if (j == 0) return complex<R>(X[base].re, R(0));
-      return j <= L / 2 ? X[base + j * es] : conj(X[base + (L - j) * es]);
+      if (j == 0) return complex<R>(X[0].re, R(0));
+      return j <= L / 2 ? X[I(j) * es] : conj(X[I(L - j) * es]);
     } else {  // LD_IRPRE: L = n/2; Z_k = (a + b) + i (a - b) conj(w_k), a = X_k, b = conj(X_{L-k})
-      complex<R> a = X[base + j * es], b = conj(X[base + (L - j) * es]);
+      complex<R> a = X[I(j) * es], b = conj(X[I(L - j) * es]);
       if (j == 0) {  // the imaginary parts of the DC and Nyquist bins are ignored
         a.im = R(0);
         b.im = R(0);
@@ -297,65 +318,91 @@ __device__ __forceinline__ complex<R> load(const void* in, const R* __restrict__
   }
 }
 
-// Writes the finished transform z (L points in shared memory) of row b.
-template <int STORE, class R>
-__device__ __forceinline__ void store(void* out, const complex<R>* z, const complex<R>* __restrict__ rtw, const complex<R>* __restrict__ ptw,
-                                      long long ptw_n, int DIRS, long long inner_idx, long long base, long long es, int L, R sc, int tid,
-                                      int T) {
+// Writes the finished transform z (L points in shared memory) to the row
+// starting at row (real elements for ST_REAL and ST_IRPOST, complex ones otherwise).
+template <int STORE, class R, class I>
+__device__ __forceinline__ void store(void* row, const complex<R>* z, const complex<R>* __restrict__ rtw, I es, int L, R sc, int tid, int T) {
   if constexpr (STORE == ST_C2C) {
-    complex<R>* o = static_cast<complex<R>*>(out);
-    for (int k = tid; k < L; k += T) {
-      complex<R> v = scale(z[sx(k)], sc);
-      if (ptw) {
-        const complex<R> w = ptw[(inner_idx * k) % ptw_n];
-        v = v * (DIRS < 0 ? w : conj(w));
-      }
-      o[base + k * es] = v;
-    }
+    complex<R>* o = static_cast<complex<R>*>(row);
+    for (int k = tid; k < L; k += T) o[I(k) * es] = scale(z[sx(k)], sc);
   } else if constexpr (STORE == ST_RPOST) {
-    complex<R>* o = static_cast<complex<R>*>(out);
+    complex<R>* o = static_cast<complex<R>*>(row);
     for (int k = tid; k <= L; k += T) {
       const complex<R> a = z[sx(k == L ? 0 : k)], b = conj(z[sx(k == 0 ? 0 : L - k)]);
       const complex<R> e = a + b, od = rot<-1>(a - b);  // 2E_k and 2O_k
-      o[base + k * es] = scale(e + od * rtw[k], R(0.5) * sc);
+      o[I(k) * es] = scale(e + od * rtw[k], R(0.5) * sc);
     }
   } else if constexpr (STORE == ST_REAL) {
-    R* o = static_cast<R*>(out);
-    for (int k = tid; k < L; k += T) o[base + k * es] = z[sx(k)].re * sc;
+    R* o = static_cast<R*>(row);
+    for (int k = tid; k < L; k += T) o[I(k) * es] = z[sx(k)].re * sc;
   } else if constexpr (STORE == ST_IRPOST) {
-    R* o = static_cast<R*>(out);
+    R* o = static_cast<R*>(row);
     for (int k = tid; k < L; k += T) {
       const complex<R> v = z[sx(k)];
-      o[base + 2LL * k * es] = v.re * sc;
-      o[base + (2LL * k + 1) * es] = v.im * sc;
+      o[2 * I(k) * es] = v.re * sc;
+      o[(2 * I(k) + 1) * es] = v.im * sc;
     }
   } else {  // ST_HALF
-    complex<R>* o = static_cast<complex<R>*>(out);
-    for (int k = tid; k <= L / 2; k += T) o[base + k * es] = scale(z[sx(k)], sc);
+    complex<R>* o = static_cast<complex<R>*>(row);
+    for (int k = tid; k <= L / 2; k += T) o[I(k) * es] = scale(z[sx(k)], sc);
   }
 }
 
-// Point k of column col of a four-step pass, v, to row base rb of out.
+// The points k = k0 + c T < L of column col of a four-step pass (z: the
+// column in shared memory), times sc, to the row starting at rb of out.
 // ST_C2C: at rb + col * ois + k * oes, times w^(col * k), w = exp(-2 pi i / n)
-// (ptw: the n = ptw_n point twiddle table, two_over_n = 2 / n; none: no
-// twiddle); col < n2 and k < n1 make col * k < n.
+// (ptw: the n = ptw_n point twiddle table; none: no twiddle); col < n2 and
+// k < n1 make col * k < n. The twiddles are w^(col k0) times powers of
+// w^(col T): unit roots at k0 and at the powers of two c, products of at most
+// log2(c) + 2 of them elsewhere (one sincospif or gather per point was a
+// third of the instructions of the pass).
 // ST_HMIRROR: the last pass of a real n-point transform over n = n1 * n2 (col
 // = k1 <= n1 / 2, oes = n1, ois = 1): v = X[k1 + n1 k], stored where that is
 // a bin <= n / 2, else as its mirror conj(v) = X[n - k1 - n1 k], a bin no
 // other point stores unless k1 is 0 or n1 / 2 (whose mirrors are in their own rows).
-template <int STORE, int DIR, bool TWC, class R>
-__device__ __forceinline__ void store_col(void* out, complex<R> v, const void* ptw_, long long ptw_n, R two_over_n, long long rb,
-                                          long long col, long long ois, long long oes, int k) {
-  complex<R>* o = static_cast<complex<R>*>(out);
+template <int STORE, int DIR, bool TWC, int M, int T, class R, class I>
+__device__ __forceinline__ void store_cols(void* out, const complex<R>* z, const void* ptw_, long long ptw_n, long long rb, long long col,
+                                           long long ois, I oes, int k0, int L, R sc) {
+  constexpr int CIT = (M + T - 1) / T;
+  complex<R>* o = static_cast<complex<R>*>(out) + rb;
   if constexpr (STORE == ST_C2C) {
-    if (ptw_) v = v * dir<DIR>(unit_root<TWC>(static_cast<const complex<R>*>(ptw_), int(col) * k, two_over_n));
-    o[rb + col * ois + k * oes] = v;
+    o += col * ois;
+    const complex<R>* ptw = static_cast<const complex<R>*>(ptw_);
+    const R two_over_n = R(2.0 / double(ptw_n));
+    const int c1 = int(col);
+    complex<R> w[CIT], p[CIT];  // w[c] = w^(col (k0 + c T)) sc; p[c] = w^(col c T) for the powers of two c
+    if (ptw) w[0] = scale(dir<DIR>(unit_root<TWC>(ptw, c1 * k0, two_over_n)), sc);
+#pragma unroll
+    for (int c = 0; c < CIT; ++c) {
+      const int k = k0 + c * T;
+      if (k < L) {
+        complex<R> v = z[sx_at(k0, c * T)];
+        if (ptw) {
+          if (c > 0) {
+            const int lo = c & -c;
+            if (c == lo) p[c] = dir<DIR>(unit_root<TWC>(ptw, c1 * c * T, two_over_n));
+            w[c] = w[c - lo] * p[lo];
+          }
+          v = v * w[c];
+        } else {
+          v = scale(v, sc);
+        }
+        o[I(k) * oes] = v;
+      }
+    }
   } else {
-    const long long x = col + oes * k;
-    if (2 * x <= ptw_n)
-      o[rb + x] = v;
-    else if (col != 0 && 2 * col != oes)
-      o[rb + ptw_n - x] = conj(v);
+    const I n = I(ptw_n), c1 = I(col);
+    const bool mirror = c1 != 0 && 2 * c1 != oes;
+#pragma unroll
+    for (int c = 0; c < CIT; ++c) {
+      const int k = k0 + c * T;
+      if (k < L) {
+        const complex<R> v = scale(z[sx_at(k0, c * T)], sc);
+        const I x = c1 + oes * I(k);
+        const bool low = 2 * x <= n;
+        if (low || mirror) o[low ? x : n - x] = low ? v : conj(v);
+      }
+    }
   }
 }
 
@@ -373,11 +420,12 @@ __device__ __forceinline__ void transform(complex<R>* s, const complex<R>* __res
 // are then one value longer against bank conflicts. Column loads take complex
 // or real (LD_REAL) points; column stores write the first L points, times the
 // four-step twiddle (ST_C2C), or the bins k <= n / 2 of a real transform of
-// n = ptw_n points (ST_HMIRROR, see store_col). TWC: float twiddles from
-// sincospif instead of the tables (unit_root). MINB: the resident blocks per SM
-// to compile for (launch bounds): the 512-thread block of an 8192-point row
-// took 80 registers a thread, which left room for one block per SM.
-template <class R, int M, int T, int TPB, int DIR, int LOAD, int STORE, bool BLUE, bool LCOLS, bool SCOLS, bool TWC, int MINB,
+// n = ptw_n points (ST_HMIRROR, see store_cols). TWC: float twiddles from
+// sincospif instead of the tables (unit_root). WIDE: 64-bit offsets inside
+// rows (Index). MINB: the resident blocks per SM to compile for (launch
+// bounds): the 512-thread block of an 8192-point row took 80 registers a
+// thread, which left room for one block per SM.
+template <class R, int M, int T, int TPB, int DIR, int LOAD, int STORE, bool BLUE, bool LCOLS, bool SCOLS, bool TWC, bool WIDE, int MINB,
           int... RADICES>
 __global__ void __launch_bounds__(T * TPB, MINB) fft_block(
     const void* in, void* out, const void* tw_, const void* rtw_, const void* chirp_, const void* bhat_, const void* ptw_,
@@ -385,6 +433,8 @@ __global__ void __launch_bounds__(T * TPB, MINB) fft_block(
     long long oes, int L, long long ptw_n, double scale_, long long shift, long long clip) {
   static_assert(!LCOLS || ((LOAD == LD_C2C || LOAD == LD_REAL) && !BLUE), "column loads take rows of M points");
   static_assert(!SCOLS || ((STORE == ST_C2C || STORE == ST_HMIRROR) && !BLUE), "column stores write rows of M points");
+  using I = typename Index<WIDE>::type;
+  constexpr bool RIN = LOAD == LD_REAL || LOAD == LD_PAIRS, ROUT = STORE == ST_REAL || STORE == ST_IRPOST;
   // The first stage reads its points straight from global memory (no staging
   // copy in shared memory) unless the rows come in as columns or by Bluestein.
   constexpr bool DIRECT = !LCOLS && !BLUE && sizeof...(RADICES) > 0;
@@ -398,35 +448,35 @@ __global__ void __launch_bounds__(T * TPB, MINB) fft_block(
   const complex<R>* bhat = static_cast<const complex<R>*>(bhat_);
   const R* win = static_cast<const R*>(win_);
   const int tid = threadIdx.x;
+  const I es_in = I(ies), es_out = I(oes);
+  const R sc = R(scale_);
   const long long b = (long long)blockIdx.x * TPB + threadIdx.y;
   const bool valid = b < batch;  // invalid rows still take part in every barrier
   // rows start at (b / inner) * ibs + r0 with in-row index r0 = (b % inner) * iis - shift
-  const long long r0 = valid ? (b % inner) * iis - shift : 0;
-  const long long ib = valid ? (b / inner) * ibs + r0 : 0;
+  const long long bq = valid ? b / inner : 0, br = valid ? b - bq * inner : 0;
+  const long long r0 = br * iis - shift;
+  const void* irow = row_at<RIN, R>(in, bq * ibs + r0);
   // In the column mappings thread l handles row l % TPB (fixed, as T * TPB is a
   // multiple of TPB) and the points l / TPB + i * T.
   const int lin = threadIdx.y * T + threadIdx.x;
-  const int crow = lin % TPB;
+  const int crow = lin % TPB, k0 = lin / TPB;
   const long long cb = (long long)blockIdx.x * TPB + crow;
+  const long long cq = cb < batch ? cb / inner : 0, col = cb < batch ? cb - cq * inner : 0;
   // The column loops are unrolled so that a thread has several loads in
   // flight (8: all 16 of a 256-point column spilled at 64 registers).
   constexpr int CIT = (M + T - 1) / T;
   if constexpr (LCOLS) {
-    const long long base = cb < batch ? (cb / inner) * ibs + (cb % inner) * iis : 0;
+    const void* crow_in = row_at<RIN, R>(in, cq * ibs + col * iis);
 #pragma unroll 8
     for (int c = 0; c < CIT; ++c) {
-      const int j = lin / TPB + c * T;
-      if (M % T == 0 || j < M) {
-        complex<R> v(R(0), R(0));
-        if (cb < batch) v = LOAD == LD_REAL ? complex<R>(static_cast<const R*>(in)[base + j * ies], R(0)) : static_cast<const complex<R>*>(in)[base + j * ies];
-        s0[crow * MS + sx(j)] = v;
-      }
+      const int j = k0 + c * T;
+      if (M % T == 0 || j < M) s0[crow * MS + sx_at(k0, c * T)] = cb < batch ? load<LOAD, R>(crow_in, nullptr, rtw, es_in, j, M) : complex<R>(R(0), R(0));
     }
     __syncthreads();
   } else if constexpr (!DIRECT) {
     for (int j = tid; j < M; j += T) {
       complex<R> v(R(0), R(0));
-      if (valid && j < L) v = load<LOAD, R>(in, win, rtw, ib, ies, j, L, r0, clip);
+      if (valid && j < L) v = load<LOAD, R>(irow, win, rtw, es_in, j, L, r0, clip);
       if (BLUE && j < L) v = v * dir<DIR>(chirp[j]);
       s[sx(j)] = v;
     }
@@ -440,26 +490,15 @@ __global__ void __launch_bounds__(T * TPB, MINB) fft_block(
     for (int j = tid; j < L; j += T) s[sx(j)] = s[sx(j)] * dir<DIR>(chirp[j]);
     __syncthreads();
   } else if constexpr (DIRECT) {  // L == M
-    const auto src = [&](int j) { return valid ? load<LOAD, R>(in, win, rtw, ib, ies, j, L, r0, clip) : complex<R>(R(0), R(0)); };
+    const auto src = [&](int j, int d) { return valid ? load<LOAD, R>(irow, win, rtw, es_in, j + d, L, r0, clip) : complex<R>(R(0), R(0)); };
     stages<R, M, T, DIR, TWC, 1, false, RADICES...>(s, tw, tid, src);
   } else {
     transform<R, M, T, DIR, TWC, RADICES...>(s, tw, tid);
   }
   if constexpr (SCOLS) {
-    if (cb < batch) {
-      const long long col = cb % inner;
-      const R two_over_n = R(2.0 / double(ptw_n));
-#pragma unroll
-      for (int c = 0; c < CIT; ++c) {
-        const int k = lin / TPB + c * T;
-        if (k < L)
-          store_col<STORE, DIR, TWC, R>(out, scale(s0[crow * MS + sx(k)], R(scale_)), ptw_, ptw_n, two_over_n, (cb / inner) * obs, col, ois,
-                                        oes, k);
-      }
-    }
+    if (cb < batch) store_cols<STORE, DIR, TWC, M, T, R, I>(out, s0 + crow * MS, ptw_, ptw_n, cq * obs, col, ois, es_out, k0, L, sc);
   } else if (valid) {
-    const Rows orow{inner, obs, ois, oes};
-    store<STORE, R>(out, s, rtw, static_cast<const complex<R>*>(ptw_), ptw_n, DIR, b % inner, orow.base(b), oes, L, R(scale_), tid, T);
+    store<STORE, R, I>(row_at<ROUT, R>(out, bq * obs + br * ois), s, rtw, es_out, L, sc, tid, T);
   }
 }
 
@@ -514,7 +553,7 @@ __global__ void irfft_pre(const complex<R>* __restrict__ X, const complex<R>* __
   const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= batch * L) return;
   const long long b = i / L;
-  z[i] = load<LD_IRPRE, R>(X, nullptr, rtw, b * (L + 1), 1, int(i % L), L);
+  z[i] = load<LD_IRPRE, R, int>(X + b * (L + 1), nullptr, rtw, 1, int(i % L), L);
 }
 
 // The n Hermitian-symmetric points of an odd irfft from X[b, 0..n/2].
@@ -523,7 +562,7 @@ __global__ void herm_expand(const complex<R>* __restrict__ X, complex<R>* __rest
   const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= batch * n) return;
   const long long b = i / n;
-  z[i] = load<LD_HERM, R>(X, nullptr, nullptr, b * (n / 2 + 1), 1, int(i % n), n);
+  z[i] = load<LD_HERM, R, int>(X + b * (n / 2 + 1), nullptr, nullptr, 1, int(i % n), n);
 }
 
 }  // namespace pgk_fft
