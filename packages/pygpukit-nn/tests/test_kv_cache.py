@@ -306,10 +306,46 @@ def test_kernels_compile_for_sm80_and_sm90(need_nvrtc):
         kv_cache._gather_kernel("pgk::float8_e4m3", "pgk::bfloat16", True),
         kv_cache._gather_kernel("pgk::half", "pgk::half", False),
         kv_cache._gather_kernel("float", "float", True),
+        kv_cache._append_rope_kernel("pgk::bfloat16", False, False),
+        kv_cache._append_rope_kernel("pgk::half", True, True),
+        kv_cache._append_rope_kernel("float", True, False),
     ]
     for kern in kernels:
         for sm in (80, 90):
             assert kern.compile(sm).image[:4] == b"\x7fELF", kern
+
+
+@pytest.mark.parametrize("paged", [False, True])
+@pytest.mark.parametrize("layout,rotary", [("neox", 128), ("gptj", 128), ("neox", 64), ("gptj", 32)])
+def test_append_rotated_equals_rope_then_append(rng, paged, layout, rotary):
+    """append_rotated (decode's RoPE + append, one kernel on the GPU) against
+    rope then append: the same q and the same cache, over steps of 1 and 3
+    tokens (a ragged step, device and host positions, one past the table:
+    left unrotated); on the GPU the kernel serves it, for bf16 and float32."""
+    from pygpukit_nn.positional import RotaryEmbedding
+
+    rope = RotaryEmbedding(128, 20, rotary_dim=rotary, layout=layout)
+    for dtype in (gp.bfloat16, gp.float32):
+        caches = [PagedKVCache(8, 16, 2, 128, dtype, batch=2, max_seq=64) if paged else KVCache(2, 64, 2, 128, dtype) for _ in range(2)]
+        for t, counts, pos in ((1, None, [[3], [7]]), (3, [3, 1], [[4, 5, 6], [8, 9, 20]]), (1, None, np.array([5]))):
+            qkv = rand(rng, (2, t, 8 * 128), dtype)  # q 4 heads, k 2, v 2
+            views = []
+            for _ in range(2):
+                g = gp.from_numpy(qkv.astype(dtype))
+                views.append((g[:, :, : 4 * 128].reshape(2, t, 4, 128), g[:, :, 4 * 128 : 6 * 128].reshape(2, t, 2, 128),
+                              g[:, :, 6 * 128 :].reshape(2, t, 2, 128)))  # fmt: skip
+            p = gp.from_numpy(np.asarray(pos, np.int32)) if isinstance(pos, list) else pos
+            (q0, k0, v0), (q1, k1, v1) = views
+            if isinstance(pos, list) and gp.backend() == "cuda":
+                args = caches[1].op_args()
+                want = "nn:kernel"
+                assert gp.ops.which("kv_append_rope", q1, k1, v1, rope.cos_sin, p, layout, rotary, *args[:3], None, args[3]) == want
+            rope(q0, k0, p)
+            caches[0].append(k0, v0, counts=counts)
+            caches[1].append_rotated(q1, k1, v1, rope, p, counts=counts)
+            np.testing.assert_array_equal(q1.to_numpy(), q0.to_numpy())
+            for a, b in zip(caches[1].gather(), caches[0].gather()):
+                np.testing.assert_array_equal(a.to_numpy(), b.to_numpy())
 
 
 # -- the kernels (GPU) ---------------------------------------------------------------------

@@ -45,7 +45,7 @@ MAX_ROW_SMEM = 72 * 1024  # shared bytes of the longest one-block row (A100: 163
 REGS = 64
 BIG_POINTS = 8192
 SINCOS = True  # float twiddles from sincospif, not gathered from tables (fft.cu: unit_root)
-COLS = 16  # at least this many adjacent columns per block in the four-step passes, as shared memory allows
+COLS = 32  # at least this many adjacent columns per block in the four-step passes, as shared memory allows
 
 
 @functools.cache

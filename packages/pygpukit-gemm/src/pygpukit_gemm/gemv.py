@@ -142,7 +142,11 @@ def _first(x: gp.GPUArray, q: gp.GPUArray, scales: Any, fmt: str, n: int, k: int
             bkey = None if bias is None else (bias._shape, bias._dtype, bias._contig)
             rt = _runtime.get()
             _launches[x._shape, x._dtype, x._strides, x._ptr & 15, fmt, q._shape, group, bkey] = (
-                kern._function(rt), grid, warps * 32, (*lead, n), kern.dependent(rt)
+                kern._function(rt),
+                grid,
+                warps * 32,
+                (*lead, n),
+                kern.dependent(rt),
             )
     return y.reshape(*lead, n)
 

@@ -198,7 +198,20 @@ def _plan(q: Any, k_cache: Any, v_cache: Any, lengths: Any, block_table: Any, k_
     rt.native.function_set_max_dynamic_shared_memory(fn, _smem(lay.head_dim, lay.fp8, rows, MAX_SPLITS))  # the same for every plan of fn
     part = 0 if splits == 1 else lay.batch * tq * hq * splits * (lay.head_dim + 2)
     ints = (hq, lay.heads, tq, chunks, splits, lay.cap, lay.block_shift, lay.table_width, win)
-    return fn, kern.dependent(rt), splits * chunks, lay.heads, lay.batch, WARPS * 32, smem, splits, part, lay.batch * lay.heads * chunks, ints, sc * _LOG2E
+    return (
+        fn,
+        kern.dependent(rt),
+        splits * chunks,
+        lay.heads,
+        lay.batch,
+        WARPS * 32,
+        smem,
+        splits,
+        part,
+        lay.batch * lay.heads * chunks,
+        ints,
+        sc * _LOG2E,
+    )
 
 
 def kernel_decode_attention(q: Any, k_cache: Any, v_cache: Any, lengths: Any, block_table: Any, k_scale: Any, v_scale: Any,

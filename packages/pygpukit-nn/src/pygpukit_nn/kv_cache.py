@@ -192,6 +192,40 @@ def kv_append(
     return _dispatch.op("kv_append")(k, v, k_cache, v_cache, lengths, counts, block_table, k_scale, v_scale)
 
 
+def kv_append_rope(
+    q: gp.GPUArray,
+    k: gp.GPUArray,
+    v: gp.GPUArray,
+    cos_sin: gp.GPUArray,
+    positions: gp.GPUArray,
+    layout: str,
+    rotary_dim: int,
+    k_cache: gp.GPUArray,
+    v_cache: gp.GPUArray,
+    lengths: gp.GPUArray,
+    counts: gp.GPUArray | None = None,
+    block_table: gp.GPUArray | None = None,
+) -> None:
+    """RoPE and kv_append in one step, for decode: q (B, T, Hq, D) is rotated in
+    place and k rotated on its way into the cache (k itself is left as it is;
+    rotated, it would be ``apply_rope(q, k, ...)``'s k), then ``kv_append`` of
+    it and v. cos_sin, positions (on the device), layout and rotary_dim as
+    ``apply_rope`` takes them. A cache of k's dtype (not fp8)."""
+    return _dispatch.op("kv_append_rope")(q, k, v, cos_sin, positions, layout, rotary_dim, k_cache, v_cache, lengths, counts, block_table)
+
+
+def reference_kv_append_rope(q: Any, k: Any, v: Any, cos_sin: Any, positions: Any, layout: Any, rotary_dim: Any, k_cache: Any,
+                             v_cache: Any, lengths: Any, counts: Any = None, block_table: Any = None) -> None:  # fmt: skip
+    """apply_rope on q and a copy of k, then kv_append (any backend)."""
+    from .positional import apply_rope
+
+    if not isinstance(k, gp.GPUArray):
+        raise TypeError(f"kv_append_rope: k must be a GPUArray, got {type(k).__name__}")
+    kr = k.copy()
+    apply_rope(q, kr, cos_sin, positions, layout, rotary_dim)
+    kv_append(kr, v, k_cache, v_cache, lengths, counts, block_table)
+
+
 def kv_gather(
     k_cache: gp.GPUArray,
     v_cache: gp.GPUArray,
@@ -372,6 +406,94 @@ def kernel_kv_append(k: Any, v: Any, k_cache: Any, v_cache: Any, lengths: Any, c
     native.launch(fn, tiles, lay.batch, 1, threads, 1, 1, 0, stream, params, dep)
     if adv is not None:
         native.launch(adv, -(-lay.batch // 256), 1, 1, 256, 1, 1, 0, stream, struct.pack("@PPii", lengths._ptr, cp, t, lay.batch), dep)
+
+
+@functools.cache
+def _append_rope_kernel(ti: str, paged: bool, gptj: bool) -> Any:
+    return gp.jit(
+        _kernels.source("kv_cache"),
+        f"pgk::kv_append_rope<{ti}, {'true' if paged else 'false'}, {'true' if gptj else 'false'}>",
+        signature="void* q, const void* k, const void* v, long long qb, long long qt, long long qh, long long kb, long long kt, "
+        "long long kh, long long vb, long long vt, long long vh, const float* cs, const void* pos, long long pb, long long ps, "
+        "int pos64, int half, int max_pos, void* kc, void* vc, int* lengths, const int* counts, const int* table, int T, int Hq, "
+        "int Hkv, int D, int cap, int block_shift, int table_width",
+        name="kv_cache.cu",
+        dependent_launch=True,
+    )
+
+
+_APPEND_ROPE = struct.Struct("@3P9q2P2q3i5P7i")
+ROPE_APPEND_TOKENS = 8  # decode's tokens at most: one block a sequence
+# call signature -> (function, dependent, threads, q / k / v / position strides, int parameters) or None (not the kernel's)
+_append_rope_plans: dict[tuple, tuple | None] = {}
+
+
+def _rope_append_key(args: tuple) -> tuple:
+    return tuple((a._shape, a._strides, a._dtype, a._ptr & 15) if isinstance(a, gp.GPUArray) else a for a in args)
+
+
+def _plan_append_rope(q: Any, k: Any, v: Any, cos_sin: Any, positions: Any, layout: Any, rotary_dim: Any, k_cache: Any, v_cache: Any,
+                      lengths: Any, counts: Any, block_table: Any) -> tuple | None:  # fmt: skip
+    """The launch when the kernel takes these operands as they are, else None."""
+    if not (all(isinstance(a, gp.GPUArray) for a in (q, k, v, cos_sin, positions)) and _append_applies(
+            k, v, k_cache, v_cache, lengths, counts, block_table)):  # fmt: skip
+        return None
+    try:
+        lay = check_cache("kv_append_rope", k_cache, v_cache, lengths, block_table, None, None)
+        t = _check_tokens("kv_append_rope", k, v, counts, lay)
+    except (TypeError, ValueError):
+        return None
+    half = rotary_dim // 2 if type(rotary_dim) is int else 0
+    qst, kst, vst = _token_strides(q) if q.ndim == 4 else None, _token_strides(k), _token_strides(v)
+    ok = (
+        layout in ("neox", "gptj") and q.dtype == k.dtype == k_cache.dtype and q.ndim == 4 and q.shape[:2] == k.shape[:2]
+        and q.shape[3] == lay.head_dim and 0 < half and half % 8 == 0 and 2 * half <= lay.head_dim and t <= ROPE_APPEND_TOKENS
+        and None not in (qst, kst, vst) and cos_sin.dtype == _F32 and cos_sin.ndim == 3 and cos_sin.shape[1:] == (2, half)
+        and cos_sin._contig and positions.dtype in (np.dtype(np.int32), np.dtype(np.int64))
+        and positions.shape in ((t,), (lay.batch, t)) and all(st % positions.itemsize == 0 for st in positions.strides)
+    )  # fmt: skip
+    if not ok:
+        return None
+    pis = positions.itemsize
+    pst = [0 if n == 1 else st // pis for st, n in zip(positions.strides, positions.shape)]
+    pb, ps = (0, pst[0]) if positions.ndim == 1 else pst
+    rt = _runtime.get()
+    kern = _append_rope_kernel(_CTYPES[k.dtype], lay.paged, layout == "gptj")
+    items = t * (q.shape[2] * (2 * half if layout == "gptj" else half) // 8 + 2 * lay.heads * (lay.head_dim // 8))
+    ints = (t, q.shape[2], lay.heads, lay.head_dim, lay.cap, lay.block_shift, lay.table_width)
+    return (kern._function(rt), kern.dependent(rt), 256 if items > 128 else 128, (*qst, *kst, *vst), (pb, ps, int(pis == 8), half,
+            cos_sin.shape[0]), ints, lay.batch)  # fmt: skip
+
+
+def _append_rope_plan(args: tuple) -> tuple | None:
+    key = _rope_append_key(args)
+    if key not in _append_rope_plans:
+        if len(_append_rope_plans) >= 4096:
+            _append_rope_plans.clear()
+        _append_rope_plans[key] = _plan_append_rope(*args)
+    return _append_rope_plans[key]
+
+
+def _append_rope_applies(*args: Any) -> bool:
+    """kv_append_rope's kernel: decode tokens (see _plan_append_rope) of a half or float32 dtype, the cache in it."""
+    try:
+        return _append_rope_plan(args) is not None
+    except (AttributeError, TypeError):
+        return False
+
+
+def kernel_kv_append_rope(q: Any, k: Any, v: Any, cos_sin: Any, positions: Any, layout: Any, rotary_dim: Any, k_cache: Any,
+                          v_cache: Any, lengths: Any, counts: Any = None, block_table: Any = None) -> None:  # fmt: skip
+    args = (q, k, v, cos_sin, positions, layout, rotary_dim, k_cache, v_cache, lengths, counts, block_table)
+    plan = _append_rope_plan(args)
+    if plan is None:  # only when called directly, past the predicate
+        return reference_kv_append_rope(*args)
+    fn, dep, threads, strides, rope_ints, ints, batch = plan
+    params = _APPEND_ROPE.pack(
+        q._ptr, k._ptr, v._ptr, *strides, cos_sin._ptr, positions._ptr, *rope_ints[:2], *rope_ints[2:], k_cache._ptr, v_cache._ptr,
+        lengths._ptr, 0 if counts is None else counts._ptr, 0 if block_table is None else block_table._ptr, *ints,
+    )  # fmt: skip
+    _runtime.get().native.launch(fn, 1, batch, 1, threads, 1, 1, 0, current_stream_handle(), params, dep)
 
 
 def kernel_kv_gather(
@@ -596,6 +718,23 @@ class _Cache(abc.ABC):
         only the first counts[b] tokens of sequence b (a ragged batch). Raises
         ValueError before writing anything if a sequence would pass its
         capacity (or a paged cache runs out of blocks)."""
+        self._append(k, v, layer, counts, None)
+
+    def append_rotated(self, q: gp.GPUArray, k: gp.GPUArray, v: gp.GPUArray, rope: Any, positions: Any, layer: int = 0,
+                       counts: Any = None) -> None:  # fmt: skip
+        """``rope(q, k, positions)`` then ``append(k, v, layer, counts)``, except
+        that k itself may be left unrotated (only the cache's copy is): for
+        decode, where one kernel (``kv_append_rope``) rotates q in place and
+        writes the rotated k and v into the cache. ``rope`` is a
+        ``RotaryEmbedding``. An fp8 cache rotates first (its scales come from
+        the rotated k)."""
+        if self.fp8:
+            rope(q, k, positions)
+            self._append(k, v, layer, counts, None)
+        else:
+            self._append(k, v, layer, counts, (q, rope, positions))
+
+    def _append(self, k: Any, v: Any, layer: Any, counts: Any, rotate: tuple | None) -> None:
         i = self._layer(layer)
         try:
             sig = (k._shape, k._dtype, v._shape, v._dtype)
@@ -612,7 +751,15 @@ class _Cache(abc.ABC):
         if self.fp8 and not self._scaled[i] and t and (c is None or c.any()):
             self._set_scales(i, k, v, c)
         args = self._args[i]
-        _dispatch.op("kv_append")(k, v, args[0], args[1], args[2], None if c is None else gp.from_numpy(c.astype(np.int32)), *args[3:])
+        dc = None if c is None else gp.from_numpy(c.astype(np.int32))
+        if rotate is None:
+            _dispatch.op("kv_append")(k, v, args[0], args[1], args[2], dc, *args[3:])
+        else:
+            from .positional import _device_positions
+
+            q, rope, positions = rotate
+            pos = _device_positions(positions, rope.cos_sin)
+            _dispatch.op("kv_append_rope")(q, k, v, rope.cos_sin, pos, rope.layout, rope.rotary_dim, args[0], args[1], args[2], dc, args[3])
         self._host[i] = need
         self._top[i] = top
 
@@ -808,11 +955,15 @@ class PagedKVCache(_Cache):
 
 def register(registry: Any) -> None:
     registry.define("kv_append", nkey=1, doc=kv_append.__doc__ or "")
+    registry.define("kv_append_rope", nkey=1, doc=kv_append_rope.__doc__ or "")
     registry.define("kv_gather", nkey=1, doc=kv_gather.__doc__ or "")
     for backend in ("cuda", "cpu"):
         registry.register("kv_append", reference_kv_append, backend=backend, name="reference")
+        registry.register("kv_append_rope", reference_kv_append_rope, backend=backend, name="reference")
         registry.register("kv_gather", reference_kv_gather, backend=backend, name="reference")
     registry.register("kv_append", kernel_kv_append, backend="cuda", dtypes=["float32", "float16", "bfloat16"], min_sm=80, priority=10,
                       predicate=_append_applies, name="kernel")  # fmt: skip
+    registry.register("kv_append_rope", kernel_kv_append_rope, backend="cuda", dtypes=["float32", "float16", "bfloat16"], min_sm=80,
+                      priority=10, predicate=_append_rope_applies, name="kernel")  # fmt: skip
     registry.register("kv_gather", kernel_kv_gather, backend="cuda", dtypes=["float32", "float16", "bfloat16", "float8_e4m3fn"],
                       min_sm=80, priority=10, predicate=_gather_applies, name="kernel")  # fmt: skip

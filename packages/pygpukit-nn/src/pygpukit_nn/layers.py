@@ -223,25 +223,28 @@ class Attention:
             q = self.q_norm(q)
         if self.k_norm is not None:
             k = self.k_norm(k)
+        window = None if self.window is None else (self.window - 1, 0)
+        if cache is not None and s <= decode.MAX_TOKENS:  # decode: RoPE and the append in one launch where a kernel takes them
+            if self.rope is not None:
+                cache.append_rotated(q, k, v, self.rope, positions, layer, counts)
+            else:
+                cache.append(k, v, layer, counts)
+            return self.o(decode.decode_attention(q, cache, layer, self.scale, self.window).reshape(b, s, hq * d))
         if self.rope is not None:
             q, k = self.rope(q, k, positions)
-        window = None if self.window is None else (self.window - 1, 0)
-        if cache is None or (s > decode.MAX_TOKENS and cache.max_length(layer) == 0):
+        if cache is None or cache.max_length(layer) == 0:
             out = attention.scaled_dot_product_attention(q, k, v, causal=True, scale=self.scale, window=window, layout="bshd")
             if cache is not None:
                 cache.append(k, v, layer, counts)
-        else:
+        else:  # more tokens after cached ones
             cache.append(k, v, layer, counts)
-            if s <= decode.MAX_TOKENS:
-                out = decode.decode_attention(q, cache, layer, self.scale, self.window)
-            else:
-                lengths = cache.seq_lengths(layer)
-                if (lengths != lengths[0]).any():
-                    raise ValueError(f"Attention: a prefill of {s} tokens over a cache needs one length per batch, got {lengths.tolist()}")
-                kc, vc = cache.gather(layer)
-                out = attention.scaled_dot_product_attention(
-                    q.transpose(0, 2, 1, 3), kc, vc, causal=True, scale=self.scale, window=window
-                ).transpose(0, 2, 1, 3)
+            lengths = cache.seq_lengths(layer)
+            if (lengths != lengths[0]).any():
+                raise ValueError(f"Attention: a prefill of {s} tokens over a cache needs one length per batch, got {lengths.tolist()}")
+            kc, vc = cache.gather(layer)
+            out = attention.scaled_dot_product_attention(
+                q.transpose(0, 2, 1, 3), kc, vc, causal=True, scale=self.scale, window=window
+            ).transpose(0, 2, 1, 3)
         return self.o(out.reshape(b, s, hq * d))
 
 

@@ -410,7 +410,13 @@ def rope_kernel(ctype: str, vec: int, layout: str) -> Any:
     with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels", "rope.cu")) as f:
         source = f.read()
     gptj = "true" if layout == "gptj" else "false"
-    return gp.jit(source, f"pgk::rope_inplace<{ctype}, {vec}, {gptj}, {ROPE_ITEMS[layout]}>", signature=_SIGNATURE, name="rope.cu", dependent_launch=True)
+    return gp.jit(
+        source,
+        f"pgk::rope_inplace<{ctype}, {vec}, {gptj}, {ROPE_ITEMS[layout]}>",
+        signature=_SIGNATURE,
+        name="rope.cu",
+        dependent_launch=True,
+    )
 
 
 def _elem_strides(x: gp.GPUArray, lead_ndim: int) -> tuple[int, int, int] | None:

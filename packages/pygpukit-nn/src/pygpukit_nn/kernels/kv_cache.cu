@@ -99,6 +99,95 @@ kv_append(const TI* __restrict__ k, const TI* __restrict__ v, long long kb, long
   }
 }
 
+// kv_append with RoPE for decode, one block per sequence (grid (1, B)): q
+// (B, T, Hq, D) is rotated in place, and k rotated on its way into the cache
+// (k itself is left as it is), v copied; then lengths[b] += count. The rotary
+// dims are the first 2 * half of a head (half a multiple of 8); cs holds row p
+// = cos(p * inv_freq) then sin(...), float32 (rope.cu's cache). NeoX pairs
+// (x[j], x[j + half]), GPT-J (x[2j], x[2j + 1]); (a, b) -> (a cos - b sin,
+// b cos + a sin) in float32, rounded once. A position outside [0, max_pos)
+// leaves q as it is and appends k unrotated (as rope.cu then append would).
+// Items: a q item is 8 pairs of one head (both halves for NeoX: the thread
+// that reads a pair writes it); a k or v item is 8 elements of one head.
+template <class TI, bool PAGED, bool GPTJ>
+__global__ void __launch_bounds__(256)
+kv_append_rope(TI* __restrict__ q, const TI* __restrict__ k, const TI* __restrict__ v, long long qb, long long qt, long long qh,
+               long long kb, long long kt, long long kh, long long vb, long long vt, long long vh, const float* __restrict__ cs,
+               const void* __restrict__ pos, long long pb, long long ps, int pos64, int half, int max_pos, TI* __restrict__ kc,
+               TI* __restrict__ vc, int* lengths, const int* __restrict__ counts, const int* __restrict__ table, int T, int Hq,
+               int Hkv, int D, int cap, int block_shift, int table_width) {
+  wait_prior_grids();  // a dependent launch (pgk/pdl.cuh)
+  allow_next_grids();
+  const int b = blockIdx.y;
+  const int start = lengths[b];
+  const int count = counts != nullptr ? max(0, min(counts[b], T)) : T;
+  const int nvec = D / 8, qchunks = (GPTJ ? 2 * half : half) / 8;
+  const int q_items = T * Hq * qchunks, kv_items = count * Hkv * nvec;
+  for (int i = threadIdx.x; i < q_items + 2 * kv_items; i += blockDim.x) {
+    const bool is_q = i < q_items, is_v = i >= q_items + kv_items;
+    const int r = is_q ? i : (i - q_items) % kv_items;
+    const int chunks = is_q ? qchunks : nvec;
+    const int c = r % chunks, hh = r / chunks % (is_q ? Hq : Hkv), t = r / (chunks * (is_q ? Hq : Hkv));
+    const long long pi = b * pb + t * ps;
+    const long long p = pos64 ? static_cast<const long long*>(pos)[pi] : static_cast<long long>(static_cast<const int*>(pos)[pi]);
+    const bool rot = p >= 0 && p < max_pos && !is_v && (is_q || c * 8 < 2 * half);
+    const float* crow = cs + p * 2 * half;
+    if (is_q) {
+      if (!rot) continue;
+      TI* row = q + b * qb + t * qt + hh * qh;
+      const int j0 = GPTJ ? c * 4 : c * 8;  // the chunk's first pair
+      float a[8], e[8], cv[8], sv[8];
+      load8(row + (GPTJ ? 2 * j0 : j0), a);
+      if constexpr (!GPTJ) load8(row + j0 + half, e);
+#pragma unroll
+      for (int j = 0; j < (GPTJ ? 4 : 8); ++j) cv[j] = crow[j0 + j], sv[j] = crow[half + j0 + j];
+#pragma unroll
+      for (int j = 0; j < (GPTJ ? 4 : 8); ++j) {
+        const float x1 = GPTJ ? a[2 * j] : a[j], x2 = GPTJ ? a[2 * j + 1] : e[j];
+        const float r1 = x1 * cv[j] - x2 * sv[j], r2 = x2 * cv[j] + x1 * sv[j];
+        if constexpr (GPTJ) {
+          a[2 * j] = r1, a[2 * j + 1] = r2;
+        } else {
+          a[j] = r1, e[j] = r2;
+        }
+      }
+      store8(row + (GPTJ ? 2 * j0 : j0), a, 1.0f);
+      if constexpr (!GPTJ) store8(row + j0 + half, e, 1.0f);
+      continue;
+    }
+    const long long dst = kv_row<PAGED>(table, b, hh, start + t, Hkv, D, cap, block_shift, table_width);
+    if (dst < 0) continue;
+    const TI* row = is_v ? v + b * vb + t * vt + hh * vh : k + b * kb + t * kt + hh * kh;
+    float f[8];
+    load8(row + c * 8, f);
+    if (rot) {  // a k chunk of the rotary dims
+      float o[8];
+      if constexpr (GPTJ) {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const float cj = crow[c * 4 + j], sj = crow[half + c * 4 + j];
+          o[2 * j] = f[2 * j] * cj - f[2 * j + 1] * sj, o[2 * j + 1] = f[2 * j + 1] * cj + f[2 * j] * sj;
+        }
+      } else {
+        const bool lo = c * 8 < half;
+        const int j0 = lo ? c * 8 : c * 8 - half;
+        float g[8];
+        load8(row + (lo ? c * 8 + half : j0), g);  // the partners
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          const float cj = crow[j0 + j], sj = crow[half + j0 + j];
+          o[j] = lo ? f[j] * cj - g[j] * sj : f[j] * cj + g[j] * sj;
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < 8; ++j) f[j] = static_cast<float>(TI(o[j]));  // rounded once, as rope then append
+    }
+    store8((is_v ? vc : kc) + dst + c * 8, f, 1.0f);
+  }
+  __syncthreads();  // every thread has read lengths[b]
+  if (threadIdx.x == 0) lengths[b] = start + count;
+}
+
 // lengths[b] += counts[b] (or T), after a kv_append of several tiles per sequence.
 __global__ void kv_advance(int* lengths, const int* __restrict__ counts, int T, int B) {
   wait_prior_grids();  // a dependent launch (pgk/pdl.cuh)
