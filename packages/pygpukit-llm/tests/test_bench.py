@@ -37,7 +37,7 @@ def test_bench_llm_writes_every_figure(tmp_path):
         rest = times["final_norm"] + times["lm_head"] + times["argmax"]
         assert times["step_estimate"] == pytest.approx(cfg["num_hidden_layers"] * layer + rest)
     if gp.backend() == "cuda":
-        assert p["decode_b1_replay_ms"] > 0 and p["decode_b1_graph_nodes"] >= cfg["num_hidden_layers"] * 8
+        assert p["decode_b1_replay_ms"] > 0 and p["decode_b1_graph_nodes"] >= cfg["num_hidden_layers"] * 6
 
 
 def test_decode_rates_end_to_end_and_steady(monkeypatch):

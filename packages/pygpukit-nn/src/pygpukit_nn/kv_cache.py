@@ -351,9 +351,10 @@ _APPEND = struct.Struct("@PP6q7P6i")
 
 def _token_strides(a: gp.GPUArray) -> tuple[int, int, int] | None:
     """Element strides (batch, token, head) of a (B, T, Hkv, D) array the kernel
-    reads 16 bytes at a time as it is, or None (then it takes a copy)."""
+    reads 16 bytes at a time as it is, or None (then it takes a copy). An axis of
+    length 1 gets stride 0: its stride is arbitrary and never used."""
     item = a.dtype.itemsize
-    s = a.strides
+    s = [0 if n == 1 else x for x, n in zip(a.strides, a.shape)]
     if s[3] != item or a.data_ptr % 16 or any(x % 16 or x < 0 for x in s[:3]):
         return None
     return s[0] // item, s[1] // item, s[2] // item
