@@ -46,6 +46,18 @@ from . import cublaslt
 
 ACTIVATIONS = (None, "relu", "gelu", "gelu_tanh", "silu")
 DTYPES = (np.dtype(gp.float16), np.dtype(gp.bfloat16), np.dtype(gp.float32), np.dtype(gp.float64))
+
+
+def check_operand(op: str, name: str, a: Any, optional: bool = False) -> None:
+    """TypeError unless ``a`` is a float GPUArray (or None when ``optional``)."""
+    if a is None and optional:
+        return
+    if not isinstance(a, gp.GPUArray):
+        raise TypeError(f"{op}: {name} must be a GPUArray{' or None' if optional else ''}, got {type(a).__name__}")
+    if a.dtype not in DTYPES:
+        raise TypeError(f"{op}: {name} must be float16, bfloat16, float32 or float64, got {a.dtype}")
+
+
 _UFUNC: dict[str, Callable[..., gp.GPUArray]] = {"relu": gp.relu, "gelu": gp.gelu, "gelu_tanh": gp.gelu_tanh, "silu": gp.silu}
 # the activations cuBLASLt computes, and its epilogue for each
 LT_EPILOGUE = {None: cublaslt.EPILOGUE_DEFAULT, "relu": cublaslt.EPILOGUE_RELU, "gelu_tanh": cublaslt.EPILOGUE_GELU}
@@ -55,12 +67,7 @@ def check(x: Any, w: Any, bias: Any = None, activation: Any = None, residual: An
     """Validate the arguments of fused_linear (TypeError / ValueError naming the
     argument); returns the activation, one of ACTIVATIONS."""
     for name, a, optional in (("x", x, False), ("w", w, False), ("bias", bias, True), ("residual", residual, True)):
-        if a is None and optional:
-            continue
-        if not isinstance(a, gp.GPUArray):
-            raise TypeError(f"fused_linear: {name} must be a GPUArray{' or None' if optional else ''}, got {type(a).__name__}")
-        if a.dtype not in DTYPES:
-            raise TypeError(f"fused_linear: {name} must be float16, bfloat16, float32 or float64, got {a.dtype}")
+        check_operand("fused_linear", name, a, optional)
     if w.ndim != 2:
         raise ValueError(f"fused_linear: w must be 2-D (out_features, in_features), got shape {w.shape}")
     if x.ndim == 0 or x.shape[-1] != w.shape[1]:

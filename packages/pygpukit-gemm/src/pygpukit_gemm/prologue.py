@@ -15,9 +15,10 @@ activation that feeds a linear layer, and the layer, as one op.
 Both compute exactly what pygpukit-nn's ``add_rms_norm`` / ``rms_norm`` and
 ``swiglu`` followed by ``gp.linear`` compute (the rounded intermediate is the
 product's input), so a model can take either path. The reference (every
-backend) is those steps with core's ops; the CUDA implementation (the decode
-GEMV with a prologue, gemv.py) takes up to 8 rows of float16 / bfloat16 whose
-activations fit 44 KB of shared memory, and weights in x's dtype.
+backend) is those steps with core's ops; the CUDA implementation (the
+tensor-core decode GEMV with a prologue, gemv.py) takes 1 or 2 rows of
+float16 / bfloat16 with k a multiple of 128 whose activations fit 96 KB of
+shared memory, and weights in x's dtype.
 """
 
 from __future__ import annotations
@@ -28,21 +29,12 @@ import numpy as np
 
 import pygpukit as gp
 
-FLOATS = (np.dtype(gp.float16), np.dtype(gp.bfloat16), np.dtype(gp.float32), np.dtype(gp.float64))
-
-
-def _array(op: str, name: str, a: Any, optional: bool = False) -> None:
-    if a is None and optional:
-        return
-    if not isinstance(a, gp.GPUArray):
-        raise TypeError(f"{op}: {name} must be a GPUArray, got {type(a).__name__}")
-    if a.dtype not in FLOATS:
-        raise TypeError(f"{op}: {name} must be float16, bfloat16, float32 or float64, got {a.dtype}")
+from .epilogue import check_operand
 
 
 def _check_projection(op: str, x: Any, k: int, w: Any, bias: Any) -> None:
-    _array(op, "w", w)
-    _array(op, "bias", bias, optional=True)
+    check_operand(op, "w", w)
+    check_operand(op, "bias", bias, optional=True)
     if w.ndim != 2 or w.shape[1] != k:
         raise ValueError(f"{op}: w must be (out_features, {k}), got shape {w.shape}")
     if bias is not None and bias.shape != (w.shape[0],):
@@ -54,9 +46,9 @@ def _check_projection(op: str, x: Any, k: int, w: Any, bias: Any) -> None:
 def check_add_rms_norm_linear(x: Any, residual: Any, weight: Any, eps: Any, w: Any, bias: Any = None) -> None:
     """TypeError / ValueError naming the argument that is wrong."""
     op = "add_rms_norm_linear"
-    _array(op, "x", x)
-    _array(op, "residual", residual, optional=True)
-    _array(op, "weight", weight, optional=True)
+    check_operand(op, "x", x)
+    check_operand(op, "residual", residual, optional=True)
+    check_operand(op, "weight", weight, optional=True)
     if residual is not None and (residual.shape != x.shape or residual.dtype != x.dtype):
         raise ValueError(f"{op}: residual must match x {x.shape} {x.dtype}, got {residual.shape} {residual.dtype}")
     k = x.shape[-1] if x.ndim else 0
@@ -70,7 +62,7 @@ def check_add_rms_norm_linear(x: Any, residual: Any, weight: Any, eps: Any, w: A
 def check_swiglu_linear(gate_up: Any, w: Any, bias: Any = None) -> None:
     """TypeError / ValueError naming the argument that is wrong."""
     op = "swiglu_linear"
-    _array(op, "gate_up", gate_up)
+    check_operand(op, "gate_up", gate_up)
     if gate_up.ndim == 0 or gate_up.shape[-1] % 2:
         raise ValueError(f"{op}: gate_up must be (..., 2 * k) holding [gate, up], got shape {gate_up.shape}")
     _check_projection(op, gate_up, gate_up.shape[-1] // 2, w, bias)
