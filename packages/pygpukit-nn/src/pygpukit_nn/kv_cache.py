@@ -41,6 +41,7 @@ from pygpukit import _dtypes, _runtime
 from pygpukit.streams import current_stream_handle
 
 from . import _dispatch, _kernels
+from .positional import _device_positions, apply_rope
 
 HEAD_DIMS = (64, 80, 96, 128, 256)  # head sizes the decode kernel is built for
 FP8 = "fp8_e4m3"
@@ -217,8 +218,6 @@ def kv_append_rope(
 def reference_kv_append_rope(q: Any, k: Any, v: Any, cos_sin: Any, positions: Any, layout: Any, rotary_dim: Any, k_cache: Any,
                              v_cache: Any, lengths: Any, counts: Any = None, block_table: Any = None) -> None:  # fmt: skip
     """apply_rope on q and a copy of k, then kv_append (any backend)."""
-    from .positional import apply_rope
-
     if not isinstance(k, gp.GPUArray):
         raise TypeError(f"kv_append_rope: k must be a GPUArray, got {type(k).__name__}")
     kr = k.copy()
@@ -756,8 +755,6 @@ class _Cache(abc.ABC):
         if rotate is None:
             _dispatch.op("kv_append")(k, v, args[0], args[1], args[2], dc, *args[3:])
         else:
-            from .positional import _device_positions
-
             q, rope, positions = rotate
             pos = _device_positions(positions, rope.cos_sin)
             _dispatch.op("kv_append_rope")(q, k, v, rope.cos_sin, pos, rope.layout, rope.rotary_dim, args[0], args[1], args[2], dc, args[3])

@@ -223,7 +223,6 @@ class Attention:
             q = self.q_norm(q)
         if self.k_norm is not None:
             k = self.k_norm(k)
-        window = None if self.window is None else (self.window - 1, 0)
         if cache is not None and s <= decode.MAX_TOKENS:  # decode: RoPE and the append in one launch where a kernel takes them
             if self.rope is not None:
                 cache.append_rotated(q, k, v, self.rope, positions, layer, counts)
@@ -232,6 +231,7 @@ class Attention:
             return self.o(decode.decode_attention(q, cache, layer, self.scale, self.window).reshape(b, s, hq * d))
         if self.rope is not None:
             q, k = self.rope(q, k, positions)
+        window = None if self.window is None else (self.window - 1, 0)
         if cache is None or cache.max_length(layer) == 0:
             out = attention.scaled_dot_product_attention(q, k, v, causal=True, scale=self.scale, window=window, layout="bshd")
             if cache is not None:

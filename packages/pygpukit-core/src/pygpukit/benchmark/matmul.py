@@ -137,10 +137,7 @@ def _quantized(rec: Recorder, impls: list, quick: bool, warm: int, reps: int, rn
             for name, timer, mod in impls:
                 if name == "pygpukit":
                     x = gp.from_numpy(x_host.astype(gp.bfloat16))
-                    runs = {
-                        "bf16": [functools.partial(gp.linear, x, c) for c in plain],
-                        "bf16own": [functools.partial(_routed, "linear", "gemm:gemv", x, c) for c in plain],
-                    }
+                    runs = {"bf16": [functools.partial(gp.linear, x, c) for c in plain]}  # the registry's pick, named in the note
                     runs.update({kind: [functools.partial(gp.ops.qlinear, x, c) for c in cs] for kind, cs in copies.items()})
                 elif name == "torch":
                     tx, tw = _to(name, mod, x_host, "bfloat16"), _to(name, mod, w_host, "bfloat16")
@@ -151,11 +148,7 @@ def _quantized(rec: Recorder, impls: list, quick: bool, warm: int, reps: int, rn
                     graph = name == "pygpukit" and gp.backend() == "cuda"
                     ms, note = _calls_time_ms(calls, timer, warm, reps, graph), ""
                     if name == "pygpukit":
-                        which = (
-                            "gemm:gemv"
-                            if kind == "bf16own"
-                            else gp.ops.which(*(("linear", x, w) if kind == "bf16" else ("qlinear", x, qws[kind])))
-                        )
+                        which = gp.ops.which(*(("linear", x, w) if kind == "bf16" else ("qlinear", x, qws[kind])))
                         note = which + (f", per call of a graph of {len(calls)}" if graph else "")
                     rec.add(f"gemv_{kind}_m{m}_k{k}_n{n}", name, "us", ms * 1e3, False, note=note)
 
