@@ -156,6 +156,8 @@ def test_gemv_variant_and_grid():
     assert gemv.variant("plain", gp.bfloat16, 0, 520) == gemv.variant("plain", gp.float32, 0, 896) == "plain"
     assert gemv.grid_of("int4_mma", (4, 2), 1000) == 63 and gemv.grid_of("int8", (4, 4), 1000) == 63
     assert gemv.grid_of("plain", (8, 1), 1001) == 126
+    # the FFMA kernel's tiles by rows: 1, 2, more
+    assert [gemv.tile_of("int8", rows) for rows in (1, 2, 3, 8)] == [(16, 2), (4, 2), (4, 4), (4, 4)]
     # int4 on tensor cores: warps a block to bring the grid near MMA_WARPS_PER_SM a SM, 4 to 16, at most K / 128
     assert gemv.tile_of("int4_mma", 1, 14336, 4096, 132) == (4, 1)  # 896 blocks
     assert gemv.tile_of("int4_mma", 8, 4096, 14336, 132) == (16, 1)  # 256 blocks

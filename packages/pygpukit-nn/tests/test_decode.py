@@ -191,12 +191,19 @@ def test_errors(rng):
 
 
 def test_launch_shape():
-    """Rows in chunks of at most 4; splits fill 132 SMs 3 times in one wave, at least four steps of keys each."""
+    """Rows in chunks of at most 4; splits fill 132 SMs 2 times in one wave, at least four steps of keys each, and
+    none where the keys make fewer than four such splits."""
     assert decode.launch_shape(1, 8, 32, 1, 8192, 16, 132) == (1, 4, 33)  # 264 blocks of 264 places
     assert decode.launch_shape(1, 8, 64, 1, 8192, 16, 132) == (2, 4, 16)  # G = 8: two chunks of 4
     assert decode.launch_shape(1, 8, 32, 3, 8192, 16, 132) == (3, 4, 11)  # 12 rows
     assert decode.launch_shape(1, 8, 24, 2, 8192, 16, 132) == (2, 3, 16)  # 6 rows: two chunks of 3
     assert decode.launch_shape(1, 8, 32, 1, 1024, 16, 132) == (1, 4, 16)  # short: four steps per split
+    assert decode.launch_shape(1, 2, 14, 1, 144, 32, 132) == (2, 4, 1)  # Qwen2-0.5B at 144 keys: not two splits
+    assert decode.launch_shape(1, 2, 14, 1, 512, 32, 132) == (2, 4, 4)
+    assert decode.launch_shape(8, 8, 32, 1, 8192, 16, 132) == (1, 4, 4)  # 33 blocks a sequence: 4 splits
+    assert decode.launch_shape(16, 8, 32, 1, 8192, 16, 132) == (1, 4, 2)  # long keys: two splits are worth a merge
+    assert decode.launch_shape(1, 8, 32, 1, 192, 16, 132) == (1, 4, 1)  # 192 keys make three splits of four steps: none
+    assert decode.launch_shape(1, 8, 32, 1, 256, 16, 132) == (1, 4, 4)
     assert decode.launch_shape(64, 8, 32, 1, 8192, 16, 132) == (1, 4, 1)  # a big batch fills the GPU alone
     assert decode.launch_shape(1, 1, 32, 1, 1 << 20, 16, 132) == (8, 4, 33)
     assert decode.launch_shape(1, 1, 1, 1, 1 << 20, 16, 132) == (1, 1, 128)  # at most MAX_SPLITS

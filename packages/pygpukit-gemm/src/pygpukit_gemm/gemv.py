@@ -25,9 +25,15 @@ from pygpukit.linalg import linear_shapes
 from pygpukit.streams import current_stream_handle
 
 MAX_ROWS = 8  # rows of activations the kernel takes
-# format -> ((warps per block, output columns per warp) up to SMALL rows, and above):
-# the fastest on an H100 at Llama-3-8B's MLP shapes (4096 <-> 14336), bf16 activations.
-TILES = {"plain": ((8, 1), (4, 4)), "int8": ((16, 2), (4, 4)), "int4": ((4, 4), (4, 4)), "fp8": ((8, 2), (4, 4))}
+# format -> (warps per block, output columns per warp) for 1 row, 2 rows and more:
+# the fastest on an H100 at Llama-3-8B's MLP shapes (4096 <-> 14336), bf16
+# activations (int8 at 2 rows: (4, 2) took 26 / 28 us where (16, 2) took 33 / 42).
+TILES = {
+    "plain": ((8, 1), (8, 1), (4, 4)),
+    "int8": ((16, 2), (4, 2), (4, 4)),
+    "int4": ((4, 4), (4, 4), (4, 4)),
+    "fp8": ((8, 2), (8, 2), (4, 4)),
+}
 # The tensor-core variants (MMA: half activations; int4 weights in groups of
 # 128k, or plain weights with K a multiple of 128): 16 columns a block (the
 # mma tile's rows), warps taking turns over the steps of K (128 values).
@@ -57,8 +63,7 @@ def tile_of(fmt: str, rows: int, n: int = 0, k: int = 0, sms: int = 132) -> tupl
         blocks = max(1, -(-n // 16))
         want = -(-MMA_WARPS_PER_SM * sms // blocks)
         return min(16, max(4, 1 << (want - 1).bit_length()), max(1, k // 128)), MMA_DEEP if blocks < sms else 1
-    small, large = TILES[fmt]
-    return small if rows <= SMALL else large
+    return TILES[fmt][min(rows, 3) - 1]
 
 
 def variant(fmt: str, dtype: Any, group: int, k: int = 0) -> str:

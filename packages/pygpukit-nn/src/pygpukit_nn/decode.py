@@ -44,6 +44,11 @@ STAGE_BYTES = 64  # K and V bytes per lane per step: 2 keys of bf16 / fp16, 4 of
 # on an H100, 2 ran as fast as 3 or 4 (1-8k keys), faster on paged caches
 BLOCKS_PER_SM = 2
 MIN_SPLIT_STEPS = 4  # a split reads at least this many block steps of keys
+# keys too few for this many splits of MIN_SPLIT_STEPS run unsplit: the merge
+# (an atomic, a round trip through L2) costs more than the splits save (an
+# H100 at 144 keys, two splits: Qwen2-0.5B's decode step 744 -> 675 us,
+# Llama-1.1B's 1045 -> 980 us)
+MIN_SPLITS = 4
 MAX_SPLITS = 128  # kDecodeMaxSplits in decode_attn.cu
 _HALF = (np.dtype(gp.bfloat16), np.dtype(gp.float16))
 _FLOATS = (*_HALF, np.dtype(np.float32), np.dtype(np.float64))
@@ -167,13 +172,14 @@ def launch_shape(batch: int, heads: int, q_heads: int, tokens: int, keys: int, s
     """(chunks, rows per block, splits): the G * Tq query rows of a KV head in
     chunks of at most ROWS_MAX, and as many splits of the ``keys`` (the longest
     visible range) as fill the SMs BLOCKS_PER_SM times in one wave (a block
-    more would wait for a second one), each at least MIN_SPLIT_STEPS steps long."""
+    more would wait for a second one), each at least MIN_SPLIT_STEPS steps
+    long; none where the keys make fewer than MIN_SPLITS such splits."""
     r = q_heads // heads * tokens
     chunks = -(-r // ROWS_MAX)
     rows = -(-r // chunks)
     want = BLOCKS_PER_SM * sms // (batch * heads * chunks)
     most = -(-keys // (MIN_SPLIT_STEPS * step))
-    return chunks, rows, max(1, min(want, most, MAX_SPLITS))
+    return chunks, rows, max(1, min(want, most, MAX_SPLITS)) if most >= MIN_SPLITS else 1
 
 
 _PARAMS = struct.Struct("@10P9if")
