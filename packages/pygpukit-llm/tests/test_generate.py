@@ -138,7 +138,7 @@ def test_graph_decode_gives_the_eager_tokens_and_allocates_nothing(tmp_path):
             allocs.append(gp.memory.stats()["num_alloc_calls"] - before)
             tok = dec.sample(logits)
             tokens.append(dec.fetch(tok))
-        assert (dec.graph is not None) == graph
+        assert (dec.state.graph is not None) == graph
         runs[graph] = (np.stack(tokens, 1), allocs)
     assert (runs[True][0] == runs[False][0]).all()
     assert runs[True][1][1:] == [0] * 19  # after the capture, a step allocates nothing

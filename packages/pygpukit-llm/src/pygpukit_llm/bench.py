@@ -209,20 +209,22 @@ def _replay_ms(model: Any, prompts: list[list[int]], cfg: GenerationConfig, reps
 
     dec = _Decoder(model, [np.asarray(p, np.int32) for p in prompts], cfg)
     dec.decode(dec.sample(dec.prefill()))
-    if dec.graph is None:
+    graph = dec.state.graph
+    if graph is None:
         return None, None
     times = []
-    for _ in range(reps):  # the cache is sized for max_new_tokens; each replay appends one token
+    for _ in range(reps):  # each replay appends one token, up to the cache's capacity
         start, end = gp.Event(timing=True), gp.Event(timing=True)
         start.record()
-        dec.graph.replay()
+        graph.replay()
         end.record()
         end.synchronize()
         dec.cache.advance(1)
         times.append(start.elapsed_time(end))
         if dec.cache.max_length() + 1 >= dec.cache.max_seq:
             break
-    return statistics.median(times), dec.graph.num_nodes
+    dec.finish(keep=True)  # whole: later calls reset the cache
+    return statistics.median(times), graph.num_nodes
 
 
 def breakdown(model: Any, batch: int = 1, context: int = 16, reps: int = 10) -> dict[str, float]:

@@ -8,11 +8,23 @@ token per step, each row at its own position; a finished row keeps running
 (its tokens are dropped) until every row is done. Sampling (temperature,
 top-k, top-p, min-p, penalties) runs on the device; the one sync per step
 reads the new token ids back.
+
+What a call decodes with outlives it: the KV cache, the decode step's input
+buffers and its captured CUDA graph (a ``_DecodeState``) go back to the model
+when the generator ends (done, closed early or collected), and a later call
+of the same batch size, cache kind and capacity takes them again instead of
+allocating and capturing anew. The capacity is the prompt plus
+``max_new_tokens``, rounded up (``_capacity``), so calls of similar lengths
+share one. A model keeps at most ``DECODE_STATES`` idle states (the least
+recently used go first); ``CausalLM.release_decode_states()`` frees them. A
+call never shares a state with another under way, and a call that fails in
+a step drops its state rather than give back one it may have half written.
 """
 
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -24,7 +36,10 @@ from pygpukit import GraphCaptureError
 
 from .config import ConfigError
 
-__all__ = ["GenerationConfig", "StepTokens", "generate_ids"]
+__all__ = ["DECODE_STATES", "GenerationConfig", "StepTokens", "generate_ids"]
+
+DECODE_STATES = 4  # idle decode states a model keeps for later calls (read when one is given back; 0 keeps none)
+CAPACITY_STEP = 256  # cache capacities are multiples of this, or powers of two below it (see _capacity)
 
 
 @dataclass(frozen=True)
@@ -102,11 +117,83 @@ def _check_prompts(prompts: Sequence[Sequence[int]], vocab: int) -> list[np.ndar
     return out
 
 
-class _Decoder:
-    """The state of one batch: cache, positions, penalty history, generator."""
+def _capacity(tokens: int, limit: int) -> int:
+    """The cache capacity for ``tokens`` tokens a sequence: rounded up to a
+    multiple of CAPACITY_STEP, or to the power of two above when that is less,
+    at most ``limit``. Decode attention splits the keys by the power of two
+    above the capacity (``plan_capacity``), and no rounding here passes it: a
+    call gives the tokens a cache of exactly ``tokens`` would."""
+    return min(-(-tokens // CAPACITY_STEP) * CAPACITY_STEP, 1 << (tokens - 1).bit_length(), limit)
 
-    def __init__(self, model: Any, prompts: list[np.ndarray], cfg: GenerationConfig) -> None:
-        self.model, self.cfg = model, cfg
+
+class _DecodeState:
+    """What decoding keeps between calls, for one (batch, paged, capacity): the
+    cache, the decode step's input buffers, its captured graph and the logits
+    that graph writes. One call uses it at a time."""
+
+    def __init__(self, model: Any, batch: int, paged: bool, capacity: int) -> None:
+        self.key = (batch, paged, capacity)
+        self.cache = model.new_cache(batch, capacity, paged=paged)
+        self.cache.plan_capacity = True  # graph and eager steps make the same launches, so they give the same tokens
+        # the decode step's inputs live in fixed buffers, so that a captured graph reads them on every replay
+        self.ids = gp.zeros((batch, 1), gp.int32)
+        self.positions = gp.zeros((batch, 1), gp.int32)
+        # (the CPU backend's references read cache lengths on the host, so its steps run eagerly)
+        self.graphable = not model.spec.moe and gp.backend() == "cuda"
+        self.graph: Any = None
+        self.logits: gp.GPUArray | None = None
+        self.done: gp.Event | None = None  # recorded behind the work of the last call that used it
+
+    def begin(self) -> None:
+        """Ready for a call on the current stream: behind the last call's work (a
+        step it queued ahead and dropped may still run, on its stream), with
+        an empty cache; a paged one holds blocks for the whole capacity, as
+        a replay takes none."""
+        if self.done is not None:
+            gp.current_stream().wait_event(self.done)
+        self.cache.reset()
+        batch, paged, capacity = self.key
+        if paged:
+            for b in range(batch):
+                self.cache.reserve(b, capacity)
+
+
+class DecodeStates:
+    """A model's idle decode states, least recently given back first."""
+
+    def __init__(self) -> None:
+        self._idle: list[_DecodeState] = []
+        # reentrant: a generator collected while this thread holds it gives its state back
+        self._lock = threading.RLock()
+
+    def take(self, key: tuple[int, bool, int]) -> _DecodeState | None:
+        """The most recently given back state of ``key``, out of the pool; None if there is none."""
+        with self._lock:
+            for i in reversed(range(len(self._idle))):
+                if self._idle[i].key == key:
+                    return self._idle.pop(i)
+        return None
+
+    def give(self, state: _DecodeState) -> None:
+        """Put ``state`` back, dropping the least recently used past DECODE_STATES."""
+        with self._lock:
+            self._idle.append(state)
+            del self._idle[: max(0, len(self._idle) - DECODE_STATES)]
+
+    def clear(self) -> int:
+        """Drop every idle state; returns how many there were."""
+        with self._lock:
+            n = len(self._idle)
+            self._idle.clear()
+        return n
+
+
+class _Decoder:
+    """One call's decoding of a batch: prompts, sampling, penalty history and
+    steps, over a decode state taken from the model (``finish`` gives it back)."""
+
+    def __init__(self, model: Any, prompts: list[np.ndarray], cfg: GenerationConfig, vocab_limit: int | None = None) -> None:
+        self.model, self.cfg, self.vocab_limit = model, cfg, vocab_limit
         self.batch = len(prompts)
         self.lengths = np.array([len(p) for p in prompts], np.int64)
         longest = int(self.lengths.max())
@@ -115,10 +202,6 @@ class _Decoder:
             raise ConfigError(
                 f"a prompt of {longest} tokens plus {cfg.max_new_tokens} new ones is longer than the model allows ({limit} tokens)"
             )
-        self.cache = model.new_cache(self.batch, longest + cfg.max_new_tokens, paged=cfg.paged)
-        if cfg.paged:  # every block up front: a graph replay takes none
-            for b in range(self.batch):
-                self.cache.reserve(b, longest + cfg.max_new_tokens)
         self.padded = np.zeros((self.batch, longest), np.int32)
         for b, p in enumerate(prompts):
             self.padded[b, : len(p)] = p
@@ -128,16 +211,31 @@ class _Decoder:
             self.history = np.full((self.batch, longest + cfg.max_new_tokens), -1, np.int32)
             self.history[:, :longest] = np.where(np.arange(longest)[None, :] < self.lengths[:, None], self.padded, -1)
         self.step = 0
-        # the decode step's inputs live in fixed buffers, so that a captured graph reads them on every replay
-        self.ids = gp.zeros((self.batch, 1), gp.int32)
-        self.positions = gp.zeros((self.batch, 1), gp.int32)
-        # (the CPU backend's references read cache lengths on the host, so its steps run eagerly)
-        self.use_graph = cfg.cuda_graph and not model.spec.moe and gp.backend() == "cuda"
-        self.cache.plan_capacity = True  # graph and eager steps make the same launches, so they give the same tokens
-        self.graph: Any = None
-        self.vocab_limit: int | None = None
-        self.logits: gp.GPUArray | None = None
         self.ready, self.side = gp.Event(), gp.Stream()  # generate_ids' pipelined reads
+        self.stream = gp.current_stream()  # where this call queues its work
+        self.state = self._take(model, (self.batch, cfg.paged, _capacity(longest + cfg.max_new_tokens, limit)))
+        self.state.begin()
+        self.cache = self.state.cache
+        self.use_graph = cfg.cuda_graph and self.state.graphable
+
+    @staticmethod
+    def _take(model: Any, key: tuple[int, bool, int]) -> _DecodeState:
+        state = model._decode_states.take(key)
+        if state is not None:
+            return state
+        try:
+            return _DecodeState(model, *key)
+        except gp.OutOfMemoryError:  # idle states of other shapes may hold the memory: without them it may fit
+            if not model.release_decode_states():
+                raise
+        return _DecodeState(model, *key)  # (out of the except: its traceback holds the half-made state's arrays)
+
+    def finish(self, keep: bool) -> None:
+        """The call is over: give the state back to the model (``keep``), or drop it
+        (a step failed, and may have left it half written)."""
+        if keep:
+            self.state.done = gp.Event().record(self.stream)
+            self.model._decode_states.give(self.state)
 
     def prefill(self) -> gp.GPUArray:
         b, t = self.padded.shape
@@ -149,27 +247,29 @@ class _Decoder:
 
     def decode(self, tokens: gp.GPUArray) -> gp.GPUArray:
         """Logits (batch, vocab) of the step after ``tokens`` (batch,) on the device."""
-        self.ids[...] = tokens.reshape(self.batch, 1)
+        st = self.state
+        st.ids[...] = tokens.reshape(self.batch, 1)
         if self.step == 1:
-            self.positions[...] = gp.from_numpy(self.lengths.astype(np.int32).reshape(self.batch, 1))
+            st.positions[...] = gp.from_numpy(self.lengths.astype(np.int32).reshape(self.batch, 1))
         else:
-            gp.add(self.positions, 1, out=self.positions)  # in place: a step allocates nothing
+            gp.add(st.positions, 1, out=st.positions)  # in place: a step allocates nothing
         if not self.use_graph:
             return self._step()
-        if self.graph is None:
+        if st.graph is None:  # captured once per state: later calls replay it over their own inputs
             try:
                 with self.cache.capturing(), gp.graph() as graph:
-                    self.logits = self._step()
-            except GraphCaptureError:  # an op without a capturable implementation here (e.g. a float32 reference)
-                self.use_graph = False
+                    logits = self._step()
+            except GraphCaptureError:  # an op without a capturable implementation here (e.g. a float32 reference): later calls skip trying
+                st.graphable = self.use_graph = False
                 return self._step()
-            self.graph = graph
-        self.graph.replay()
+            st.graph, st.logits = graph, logits
+        st.graph.replay()
         self.cache.advance(1)
-        return self.logits
+        return st.logits
 
     def _step(self) -> gp.GPUArray:
-        return self.model(self.ids, self.positions, self.cache, check_ids=False).reshape(self.batch, -1)
+        st = self.state
+        return self.model(st.ids, st.positions, self.cache, check_ids=False).reshape(self.batch, -1)
 
     def sample(self, logits: gp.GPUArray) -> gp.GPUArray:
         """This step's tokens (batch,) on the device, queued behind ``logits``."""
@@ -211,10 +311,11 @@ def generate_ids(
     row has produced a stop id or ``cfg.max_new_tokens`` tokens. ``finished``
     (batch bools, owned by the caller) ends rows from outside, e.g. on a stop
     string: it is read after every step. ``vocab_limit`` samples only ids below
-    it (a tokenizer smaller than the model's padded vocabulary)."""
+    it (a tokenizer smaller than the model's padded vocabulary). The cache and
+    the captured decode step come from the model's idle decode states and go
+    back when the generator ends (see the module doc)."""
     arrays = _check_prompts(prompts, model.config.vocab_size)
-    dec = _Decoder(model, arrays, cfg)
-    dec.vocab_limit = vocab_limit
+    dec = _Decoder(model, arrays, cfg, vocab_limit)
     stops = np.array(sorted(set(stop_ids) | set(cfg.stop_ids)), np.int64)
     active = np.ones(dec.batch, bool)
     # Pipelined unless penalties need each token on the host before the next
@@ -223,19 +324,27 @@ def generate_ids(
     # does with the yield) overlaps the GPU's next step instead of idling it.
     # When generation stops, the step queued ahead is dropped unread.
     pipelined = dec.history is None
-    tok = dec.sample(dec.prefill())
-    for step in range(cfg.max_new_tokens):
-        last = step + 1 == cfg.max_new_tokens
-        if pipelined and not last:
-            dec.ready.record()
-            ahead = dec.sample(dec.decode(tok))
-            tokens = dec.fetch(tok, queued_after=True)
-        else:
-            tokens = dec.fetch(tok)
-        yield StepTokens(tokens, active.copy())
-        active &= ~np.isin(tokens, stops)
-        if finished is not None:
-            active &= ~finished
-        if not active.any() or last:
-            return
-        tok = ahead if pipelined else dec.sample(dec.decode(tok))
+    keep = False  # whether the decode state goes back to the model: not after a failed step
+    try:
+        tok = dec.sample(dec.prefill())
+        for step in range(cfg.max_new_tokens):
+            last = step + 1 == cfg.max_new_tokens
+            if pipelined and not last:
+                dec.ready.record()
+                ahead = dec.sample(dec.decode(tok))
+                tokens = dec.fetch(tok, queued_after=True)
+            else:
+                tokens = dec.fetch(tok)
+            yield StepTokens(tokens, active.copy())
+            active &= ~np.isin(tokens, stops)
+            if finished is not None:
+                active &= ~finished
+            if not active.any() or last:
+                break
+            tok = ahead if pipelined else dec.sample(dec.decode(tok))
+        keep = True
+    except GeneratorExit:  # closed (or collected) at a yield, between steps: the state is whole
+        keep = True
+        raise
+    finally:
+        dec.finish(keep)

@@ -26,6 +26,7 @@ import numpy as np
 import pygpukit as gp
 
 from .config import ConfigError, ModelConfig, estimate
+from .generate import DecodeStates
 from .safetensors import Checkpoint, SafetensorsError
 from .spec import SPECS, ModelSpec, Sources
 from .text import text_generator
@@ -74,6 +75,7 @@ class CausalLM:
         self.final_norm, self.lm_head, self.directory = final_norm, lm_head, directory
         self.tokenizer: Tokenizer | None = None
         self._fused: dict[tuple[Any, ...], bool] = {}
+        self._decode_states = DecodeStates()  # what generation keeps for later calls (generate.py)
 
     @property
     def num_layers(self) -> int:
@@ -170,6 +172,14 @@ class CausalLM:
     async def agenerate(self, prompt: Any, config: Any = None, **kw: Any) -> Any:
         """``generate`` for asyncio."""
         return await text_generator(self).agenerate(prompt, config, **kw)
+
+    def release_decode_states(self) -> int:
+        """Free what generation keeps for later calls (KV caches, decode buffers
+        and captured decode graphs; at most ``generate.DECODE_STATES``) and
+        return how many states that was. A call under way is not touched: it
+        gives its state back when it ends. The next call allocates (and
+        captures) anew."""
+        return self._decode_states.clear()
 
     def new_cache(self, batch: int, max_seq: int, paged: bool = False, block_size: int = 16, kv_dtype: Any = None) -> Any:
         """A KV cache for ``batch`` sequences of up to ``max_seq`` tokens (all layers)."""
