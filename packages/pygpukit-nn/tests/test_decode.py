@@ -237,6 +237,21 @@ def test_kernel_chosen():
 
 
 @pytest.mark.gpu
+def test_fp8_cache_is_not_a_dependent_launch():
+    """Dependent launches (SM 90) for a bf16 / fp16 cache only: an fp8 cache's kernel ran slower as one."""
+    from pygpukit import _runtime
+    from pygpukit.jit import kernel
+
+    dep = {}
+    for kv in (None, "fp8_e4m3"):
+        decode._plans.clear()
+        decode_attention(gp.zeros((1, 1, 8, 128), gp.bfloat16), _cache(False, 1, 32, 2, 128, gp.bfloat16, kv_dtype=kv))
+        (plan,) = decode._plans.values()
+        dep[kv] = plan[1]
+    assert dep == {None: _runtime.get().sm >= 90 and kernel.DEPENDENT_LAUNCH, "fp8_e4m3": False}
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [gp.bfloat16, gp.float16])
 def test_kernel_matrix(rng, dtype):
     """Every template dimension: head dims, row counts 1..4 and chunks, paged
