@@ -45,7 +45,7 @@ TILES = {
 # H100 at Llama-3-8B's, Llama-1.1B's and Qwen2-0.5B's shapes.
 MMA_WARPS_PER_SM = 24
 MMA_DEEP = 3
-SMALL = 2
+SMALL = 2  # rows the FFMA kernel takes ahead of cuBLASLt (decode_linear: K not a multiple of 128)
 _FORMATS = {"int8": "pgk::Int8", "int4": "pgk::Int4", "fp8": "pgk::Fp8"}
 MMA = {"int4_mma": "pgk::Int4Operands<{}>", "plain_mma": "pgk::PlainOperands"}  # variant -> gemv.cu's operands
 _CTYPES = {np.dtype(gp.bfloat16): "pgk::bfloat16", np.dtype(gp.float16): "pgk::half", np.dtype(gp.float32): "float"}
