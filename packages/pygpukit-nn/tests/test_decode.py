@@ -221,6 +221,18 @@ def test_kernel_compiles_for_sm80_sm89_and_sm90(need_nvrtc):
             assert decode._kernel(*case).compile(sm).image[:4] == b"\x7fELF", (case, sm)
 
 
+@pytest.mark.parametrize("offset", [0, 1])
+def test_strided_queries(rng, offset):
+    """q as a view of a fused qkv projection (batch rows apart): read as it is,
+    or copied first where a row is not 16-byte aligned (offset 1); the same
+    result as a contiguous q."""
+    cache = _check(rng, gp.bfloat16, [40, 300, 7], 2, 8, 2, 64, paged=offset == 1, piece=100)
+    qkv = gp.from_numpy(rand(rng, (3, 2, 1 + 12 * 64), gp.bfloat16).astype(gp.bfloat16))
+    q = qkv[:, :, offset : offset + 8 * 64].reshape(3, 2, 8, 64)
+    assert not q.is_contiguous
+    np.testing.assert_array_equal(decode_attention(q, cache).to_numpy(), decode_attention(q.copy(), cache).to_numpy())
+
+
 # -- the kernel (GPU) --------------------------------------------------------------------------
 
 

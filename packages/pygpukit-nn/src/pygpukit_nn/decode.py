@@ -32,7 +32,20 @@ from pygpukit import _runtime
 from pygpukit.streams import current_stream_handle
 
 from . import _dispatch, _kernels
-from .kv_cache import _CTYPES, _F8, HEAD_DIMS, Layout, _Cache, _cache_arrays_ok, _lengths_host, _sig, cache_rows, check_cache, dequantize
+from .kv_cache import (
+    _CTYPES,
+    _F8,
+    HEAD_DIMS,
+    Layout,
+    _Cache,
+    _cache_arrays_ok,
+    _lengths_host,
+    _sig,
+    _token_strides,
+    cache_rows,
+    check_cache,
+    dequantize,
+)
 
 MAX_TOKENS = 8  # query tokens per sequence the op takes
 ROWS_MAX = 4  # query rows (tokens x query heads of a KV head) per block; more go to several blocks
@@ -143,7 +156,7 @@ def _kernel(t: str, kt: str, d: int, rows: int, paged: bool, warps: int, keys: i
     return gp.jit(
         _kernels.source("decode_attn"),
         f"pgk::decode_attn<{t}, {kt}, {d}, {rows}, {'true' if paged else 'false'}, {warps}, {keys}, {stages}, {blocks}>",
-        signature="const void* q, void* out, const void* kc, const void* vc, const int* lengths, const int* table, "
+        signature="const void* q, long long qb, long long qt, long long qh, void* out, const void* kc, const void* vc, const int* lengths, const int* table, "
         "const float* k_scale, const float* v_scale, float* part, int* counters, int Hq, int Hkv, int Tq, int chunks, int splits, "
         "int cap, int block_shift, int table_width, int window, float qk_scale",
         name="decode_attn.cu",
@@ -182,10 +195,11 @@ def launch_shape(batch: int, heads: int, q_heads: int, tokens: int, keys: int, s
     return chunks, rows, max(1, min(want, most, MAX_SPLITS)) if most >= MIN_SPLITS else 1
 
 
-_PARAMS = struct.Struct("@10P9if")
+_PARAMS = struct.Struct("@P3q9P9if")  # q, its strides, 9 pointers, 9 ints, the qk scale
 
-# Launches planned by call signature -> (function, grid x, y (KV heads), z (batch), threads, shared memory bytes, splits,
-# partial floats, counters, the kernel's int arguments, qk scale).
+# Launches planned by call signature -> (function, dependent launch, grid x, y (KV heads), z (batch), threads, shared
+# memory bytes, splits, partial floats, counters, q's element strides (None: a copy of q is read), the kernel's int
+# arguments, qk scale).
 _plans: dict[tuple, tuple] = {}
 # Split counters per stream (zero between launches: the last block of each group resets its own).
 _counters: dict[int, gp.GPUArray] = {}
@@ -217,6 +231,7 @@ def _plan(q: Any, k_cache: Any, v_cache: Any, lengths: Any, block_table: Any, k_
         splits,
         part,
         lay.batch * lay.heads * chunks,
+        _token_strides(q),
         ints,
         sc * _LOG2E,
     )
@@ -233,15 +248,16 @@ def kernel_decode_attention(q: Any, k_cache: Any, v_cache: Any, lengths: Any, bl
     if window is not None and not isinstance(window, bool) and isinstance(window, (int, np.integer)) and window > 0:
         n = min(n, window + q.shape[1] - 1)
     keys = 1 << max(n - 1, 0).bit_length()  # plans by the power of two above: splits stay put as sequences grow
-    # the predicate checked the cache arrays' contiguity and alignment each call; q is copied below if it must be
-    key = (q._shape, q._dtype, k_cache._shape, k_cache._dtype, v_cache._shape, v_cache._dtype, lengths._shape, lengths._dtype,
+    # the predicate checked the cache arrays' contiguity and alignment each call; q's layout is part of the key
+    key = (q._shape, q._dtype, q._strides, q._ptr & 15, k_cache._shape, k_cache._dtype, v_cache._shape, v_cache._dtype, lengths._shape, lengths._dtype,
            _sig(block_table), _sig(k_scale), _sig(v_scale), scale, window, keys)  # fmt: skip
     plan = _plans.get(key)
     if plan is None:
         plan = _plans[key] = _plan(q, k_cache, v_cache, lengths, block_table, k_scale, v_scale, max_len, scale, window, keys)
-    fn, dep, gx, gy, gz, threads, smem, splits, part_n, count_n, ints, qk = plan
-    if not q._contig or q._ptr % 16:
+    fn, dep, gx, gy, gz, threads, smem, splits, part_n, count_n, qst, ints, qk = plan
+    if qst is None:  # a layout the kernel does not read as it is
         q = q.copy()
+        qst = _token_strides(q)
     stream = current_stream_handle()
     out = gp.GPUArray._empty(q._shape, q._dtype, stream)
     part = counters = None
@@ -251,7 +267,7 @@ def kernel_decode_attention(q: Any, k_cache: Any, v_cache: Any, lengths: Any, bl
         if counters is None or counters._size < count_n:
             counters = _counters[stream] = gp.zeros((max(count_n, 1024),), gp.int32)
     params = _PARAMS.pack(
-        q._ptr, out._ptr, k_cache._ptr, v_cache._ptr, lengths._ptr, 0 if block_table is None else block_table._ptr,
+        q._ptr, *qst, out._ptr, k_cache._ptr, v_cache._ptr, lengths._ptr, 0 if block_table is None else block_table._ptr,
         0 if k_scale is None else k_scale._ptr, 0 if v_scale is None else v_scale._ptr,
         0 if part is None else part._ptr, 0 if counters is None else counters._ptr, *ints, qk,
     )  # fmt: skip

@@ -146,9 +146,11 @@ __device__ __forceinline__ void decode_cp_wait() { asm volatile("cp.async.wait_g
 
 // WARPS warps; KPL keys per group per step; STAGES steps of K / V in flight
 // (or landed) in a shared-memory ring; MINB blocks per SM (the launch bounds).
+// q (B, Tq, Hq, D): element strides qb, qt, qh (D contiguous), so that a view
+// of a fused qkv projection is read as it is.
 template <class T, class KT, int D, int ROWS, bool PAGED, int WARPS, int KPL, int STAGES, int MINB>
 __global__ void __launch_bounds__(WARPS * 32, MINB)
-decode_attn(const T* __restrict__ q, T* __restrict__ out, const KT* __restrict__ kc, const KT* __restrict__ vc,
+decode_attn(const T* __restrict__ q, long long qb, long long qt, long long qh, T* __restrict__ out, const KT* __restrict__ kc, const KT* __restrict__ vc,
             const int* __restrict__ lengths, const int* __restrict__ table, const float* __restrict__ k_scale,
             const float* __restrict__ v_scale, float* __restrict__ part, int* __restrict__ counters, int Hq, int Hkv,
             int Tq, int chunks, int splits, int cap, int block_shift, int table_width, int window, float qk_scale) {
@@ -178,24 +180,6 @@ decode_attn(const T* __restrict__ q, T* __restrict__ out, const KT* __restrict__
   const int n = max(L - lo, 0);
   const int per = ((n + splits - 1) / splits + STEP - 1) / STEP * STEP;
   const int k0 = lo + min(split * per, n), k1 = min(k0 + per, L);
-
-  // This block's rows: query positions, and the query slices scaled by
-  // softmax scale * log2(e) * the K scale (so exp2 of a dot is the weight).
-  const float ks = (k_scale != nullptr ? k_scale[h] : 1.0f) * C::kFactor * qk_scale;
-  int pos[ROWS];
-  float qf[ROWS][8];
-#pragma unroll
-  for (int r = 0; r < ROWS; ++r) {
-    const int rr = chunk * ROWS + r, t = rr / G;
-    pos[r] = rr < R ? L - Tq + t : -1;  // -1: a padding row, no key is visible
-#pragma unroll
-    for (int e = 0; e < 8; ++e) qf[r][e] = 0.0f;
-    if (rr < R && lane_on) {
-      const Vec<T, 8> v = *reinterpret_cast<const Vec<T, 8>*>(q + ((long long)(b * Tq + t) * Hq + h * G + rr % G) * D + li * 8);
-#pragma unroll
-      for (int e = 0; e < 8; ++e) qf[r][e] = static_cast<float>(v.v[e]) * ks;
-    }
-  }
 
   // Element offset of key j's row for this (b, h), given its page.
   const long long head_off = PAGED ? ((long long)h << block_shift) * D : ((long long)b * Hkv + h) * cap * D;
@@ -247,6 +231,26 @@ decode_attn(const T* __restrict__ q, T* __restrict__ out, const KT* __restrict__
 #pragma unroll
   for (int s = 0; s < STAGES - 1; ++s) issue(s, pages[s]);
   int (&next)[KPL] = pages[STAGES - 1];  // the pages of the next step to issue
+
+  // This block's rows: query positions, and the query slices scaled by
+  // softmax scale * log2(e) * the K scale (so exp2 of a dot is the weight);
+  // loaded after the ring's first steps are requested, which start sooner.
+  const float ks = (k_scale != nullptr ? k_scale[h] : 1.0f) * C::kFactor * qk_scale;
+  int pos[ROWS];
+  float qf[ROWS][8];
+#pragma unroll
+  for (int r = 0; r < ROWS; ++r) {
+    const int rr = chunk * ROWS + r, t = rr / G;
+    pos[r] = rr < R ? L - Tq + t : -1;  // -1: a padding row, no key is visible
+#pragma unroll
+    for (int e = 0; e < 8; ++e) qf[r][e] = 0.0f;
+    if (rr < R && lane_on) {
+      const Vec<T, 8> v = *reinterpret_cast<const Vec<T, 8>*>(q + b * qb + t * qt + (h * G + rr % G) * qh + li * 8);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) qf[r][e] = static_cast<float>(v.v[e]) * ks;
+    }
+  }
+
 
   for (int s = 0; s < steps; ++s) {  // uniform over the block: the shuffles below need every lane
     issue(s + STAGES - 1, next);  // into the stage step s - 1 used (this lane's reads of it are done)
