@@ -1,6 +1,6 @@
-"""Weight-only int8/int4 quantization with group scales, and gp.ops.qlinear:
-the packing and rounding against NumPy, and the GEMV kernel (GPU) against the
-float64 product of the dequantized weight."""
+"""Weight-only int8/int4/fp8 quantization with group scales, and
+gp.ops.qlinear: the packing and rounding against NumPy, and the GEMV kernels
+(GPU) against the float64 product of the dequantized weight."""
 
 import ml_dtypes
 import numpy as np
@@ -151,7 +151,11 @@ def test_gemv_variant_and_grid():
 
     assert gemv.variant("int4", gp.bfloat16, 128) == gemv.variant("int4", gp.float16, 256) == "int4_mma"
     assert gemv.variant("int4", gp.float32, 128) == "int4" and gemv.variant("int4", gp.bfloat16, 64) == "int4"
-    assert gemv.variant("int8", gp.bfloat16, 128) == "int8"
+    for fmt in ("int8", "fp8"):  # half activations and groups of 128k on tensor cores; float32 or other groups FFMA
+        assert gemv.variant(fmt, gp.bfloat16, 128) == gemv.variant(fmt, gp.float16, 512) == fmt + "_mma"
+        assert gemv.variant(fmt, gp.float32, 128) == gemv.variant(fmt, gp.bfloat16, 64) == fmt
+        assert gemv.variant(fmt, gp.float16, 32) == gemv.variant(fmt, gp.bfloat16, 192) == fmt
+        assert gemv.MMA[fmt + "_mma"].format("pgk::half") == f"pgk::{fmt.capitalize()}Operands<pgk::half>"
     assert gemv.variant("plain", gp.bfloat16, 0, 896) == gemv.variant("plain", gp.float16, 0, 4096) == "plain_mma"
     assert gemv.variant("plain", gp.bfloat16, 0, 520) == gemv.variant("plain", gp.float32, 0, 896) == "plain"
     assert gemv.grid_of("int4_mma", (4, 2), 1000) == 63 and gemv.grid_of("int8", (4, 4), 1000) == 63
@@ -163,9 +167,94 @@ def test_gemv_variant_and_grid():
     assert gemv.tile_of("int4_mma", 8, 4096, 14336, 132) == (16, 1)  # 256 blocks
     assert gemv.tile_of("int4_mma", 1, 896, 4864, 132) == (16, gemv.MMA_DEEP)  # 56 blocks: fewer than SMs
     assert gemv.tile_of("int4_mma", 1, 64, 256, 132)[0] == 2  # two steps of K
+    # int8 / fp8 on tensor cores (2x int4's bytes a step): int4's rule at MMA8_WARPS_PER_SM and MMA8_DEEP
+    assert gemv.MMA8_WARPS_PER_SM == 12  # the cases below assume it
+    for fmt in ("int8_mma", "fp8_mma"):
+        for rows in (1, 8):
+            assert gemv.tile_of(fmt, rows, 14336, 4096, 132) == (4, 1)  # 896 blocks
+            assert gemv.tile_of(fmt, rows, 4096, 14336, 132) == (8, 1)  # 256 blocks: 7 warps wanted
+            assert gemv.tile_of(fmt, rows, 896, 4864, 132) == (16, gemv.MMA8_DEEP)  # 56 blocks: fewer than SMs
+            assert gemv.tile_of(fmt, rows, 4864, 896, 132) == (7, 1)  # 304 blocks: 8 warps wanted, 7 steps of K
+            assert gemv.tile_of(fmt, rows, 200, 384, 132) == (3, gemv.MMA8_DEEP)  # 3 steps of K
+        assert gemv.grid_of(fmt, (8, 1), 200) == 13
     # plain on tensor cores: a warp a step of K up to 16 warps, then two steps a warp
     assert gemv.tile_of("plain_mma", 1, 9728, 896) == (8, 1) and gemv.tile_of("plain_mma", 8, 2560, 2048) == (16, 1)
     assert gemv.tile_of("plain_mma", 1, 896, 4864) == (16, 2) and gemv.tile_of("plain_mma", 1, 64, 128) == (1, 1)
+
+
+def _q8_bound(x, deq, ref, dtype):
+    """Per output, what the kernel may be off from the float64 ``ref``: the
+    rounding to dtype (2^-8 / 2^-11 of the value, a subnormal step) and the
+    float32 sums (mma and scale FMAs, some 64 roundings: 2^-16 of sum |x w|)."""
+    unit = 2.0**-8 if dtype == gp.bfloat16 else 2.0**-11
+    return unit * np.abs(ref) + 2.0**-16 * (np.abs(x.astype(np.float64)) @ np.abs(deq).T) + 2.0**-24
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fmt", ["int8", "fp8"])
+@pytest.mark.parametrize("dtype", [gp.bfloat16, gp.float16], ids=str)
+@pytest.mark.parametrize(("k", "group"), [(128, 128), (384, 128), (4096, 128), (4096, 256)])
+def test_q8_tensor_core_gemv_against_float64(rng, fmt, dtype, k, group):
+    """int8 and fp8 weights with half activations and groups of 128k run on
+    tensor cores (gemv_mma): every row count 1..8, with and without bias, a
+    partial last block of columns (N = 200), one step of K to many, one group
+    a step and two steps a group; against float64 over the dequantized weight."""
+    from pygpukit_gemm import gemv
+
+    n = 200
+    w = rng.standard_normal((n, k)).astype(np.float32) * rng.uniform(0.1, 4.0, (n, 1)).astype(np.float32)
+    qw = quantize_weight(gp.from_numpy(w), fmt, group_size=group)
+    deq = dequantize_weight(qw, gp.float64).to_numpy()
+    assert gemv.variant(fmt, dtype, group, k) == fmt + "_mma"
+    bias = rng.standard_normal(n).astype(dtype)
+    for rows in range(1, gemv.MAX_ROWS + 1):
+        x = rng.standard_normal((rows, k)).astype(dtype)
+        gx = gp.from_numpy(x)
+        assert gp.ops.which("qlinear", gx, qw) == "gemm:gemv_q"
+        ref = x.astype(np.float64) @ deq.T
+        for b, r in ((None, ref), (bias, ref + bias.astype(np.float64))):
+            got = gp.ops.qlinear(gx, qw, None if b is None else gp.from_numpy(b))
+            assert got.shape == (rows, n) and got.dtype == dtype
+            err = np.abs(got.to_numpy().astype(np.float64) - r)
+            bound = _q8_bound(x, deq, r, dtype)
+            assert np.all(err <= bound), (rows, b is not None, float(np.max(err / bound)))
+
+
+def _every_code(fmt, n, k):
+    """(n, k) weight values where row i, column j holds code (i + j) % 256
+    (NaN codes of e4m3 replaced by zero): every int8 value, every finite e4m3
+    code, subnormals included, in every column and every row's lanes."""
+    codes = ((np.arange(n)[:, None] + np.arange(k)[None, :]) % 256).astype(np.uint8)
+    if fmt == "int8":
+        return codes.view(np.int8)
+    codes[(codes & 0x7F) == 0x7F] = 0
+    return codes.view(gp.float8_e4m3fn)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fmt", ["int8", "fp8"])
+@pytest.mark.parametrize("dtype", [gp.bfloat16, gp.float16], ids=str)
+def test_q8_tensor_core_gemv_is_exact_per_weight(rng, fmt, dtype):
+    """Each weight converts exactly on the tensor-core path: with one-hot
+    activation rows, every output is one weight times its group scale, so it
+    must equal that product rounded to float32 (the kernel's scale multiply)
+    and then to the output dtype, bit for bit, for every int8 value and every
+    finite e4m3 code (e4m3 subnormals too) at every position of K."""
+    from pygpukit_gemm import gemv
+
+    n, k, group, rows = 264, 256, 128, gemv.MAX_ROWS  # n: 16 x 16 + a partial block
+    values = _every_code(fmt, n, k)
+    stype = np.float16 if fmt == "int8" else np.float32
+    scales = (rng.uniform(0.5, 2.0, (n, k // group)) * 2.0 ** rng.integers(-3, 4, (n, k // group))).astype(stype)
+    scales[0] = 1  # row 0: the values themselves
+    qw = QuantizedWeight(gp.from_numpy(values), gp.from_numpy(scales), fmt, group)
+    assert gemv.variant(fmt, dtype, group, k) == fmt + "_mma"
+    want = (values.astype(np.float32) * np.repeat(scales.astype(np.float32), group, axis=1)).astype(dtype)
+    for k0 in range(0, k, rows):
+        x = np.zeros((rows, k), dtype)
+        x[np.arange(rows), k0 + np.arange(rows)] = 1
+        got = gp.ops.qlinear(gp.from_numpy(x), qw).to_numpy()
+        np.testing.assert_array_equal(got.astype(np.float32), want[:, k0 : k0 + rows].T.astype(np.float32), err_msg=f"k {k0}..")
 
 
 def test_quantized_weight_is_plain_data():

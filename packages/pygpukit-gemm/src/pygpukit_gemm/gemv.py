@@ -2,8 +2,10 @@
 activations: ``linear`` with bfloat16 / float16 weights, and ``qlinear`` with
 int8, int4 or fp8 weights and group scales (quant.py). The weight is read
 once, 16 bytes per load, so the time is the weight's bytes over the memory
-bandwidth; each format has the warps per block and columns per warp that ran
-fastest on an H100 (``TILES``).
+bandwidth. With bfloat16 / float16 activations the weights run on tensor
+cores (``variant``: plain weights with K a multiple of 128, quantized ones in
+groups of a multiple of 128), otherwise on the FFMA kernel, whose warps per
+block and columns per warp per format ran fastest on an H100 (``TILES``).
 
 Two products fuse the op before them into the tensor-core GEMV (the ops
 ``add_rms_norm_linear`` and ``swiglu_linear`` of prologue.py): each block
@@ -34,20 +36,30 @@ TILES = {
     "int4": ((4, 4), (4, 4), (4, 4)),
     "fp8": ((8, 2), (8, 2), (4, 4)),
 }
-# The tensor-core variants (MMA: half activations; int4 weights in groups of
-# 128k, or plain weights with K a multiple of 128): 16 columns a block (the
-# mma tile's rows), warps taking turns over the steps of K (128 values).
-# int4: warps a block as many as bring the grid to MMA_WARPS_PER_SM a SM, 4
-# to 16; a warp's steps in flight: one, or MMA_DEEP where the grid has fewer
-# blocks than SMs (there a warp's own latency is the time). plain (4x the
-# bytes a step): one warp a step up to 16 warps, two steps a warp past that,
-# so that the whole of a short K is in flight at once. Both ran fastest on an
-# H100 at Llama-3-8B's, Llama-1.1B's and Qwen2-0.5B's shapes.
+# The tensor-core variants (MMA: half activations; int8, int4 and fp8 weights
+# in groups of 128k, or plain weights with K a multiple of 128): 16 columns a
+# block (the mma tile's rows), warps taking turns over the steps of K (128
+# values). int4: warps a block as many as bring the grid to MMA_WARPS_PER_SM a
+# SM, 4 to 16; a warp's steps in flight: one, or MMA_DEEP where the grid has
+# fewer blocks than SMs (there a warp's own latency is the time). plain (4x
+# the bytes a step): one warp a step up to 16 warps, two steps a warp past
+# that, so that the whole of a short K is in flight at once. Both ran fastest
+# on an H100 at Llama-3-8B's, Llama-1.1B's and Qwen2-0.5B's shapes. int8 and
+# fp8 (2x int4's bytes a step) follow int4's rule with MMA8_WARPS_PER_SM and
+# MMA8_DEEP: half the warps, so the same bytes in flight (not yet swept).
 MMA_WARPS_PER_SM = 24
 MMA_DEEP = 3
+MMA8_WARPS_PER_SM = 12
+MMA8_DEEP = 2
 SMALL = 2  # rows the FFMA kernel takes ahead of cuBLASLt (decode_linear: K not a multiple of 128)
 _FORMATS = {"int8": "pgk::Int8", "int4": "pgk::Int4", "fp8": "pgk::Fp8"}
-MMA = {"int4_mma": "pgk::Int4Operands<{}>", "plain_mma": "pgk::PlainOperands"}  # variant -> gemv.cu's operands
+# variant -> gemv.cu's operands
+MMA = {
+    "int4_mma": "pgk::Int4Operands<{}>",
+    "int8_mma": "pgk::Int8Operands<{}>",
+    "fp8_mma": "pgk::Fp8Operands<{}>",
+    "plain_mma": "pgk::PlainOperands",
+}
 _CTYPES = {np.dtype(gp.bfloat16): "pgk::bfloat16", np.dtype(gp.float16): "pgk::half", np.dtype(gp.float32): "float"}
 HALF = (np.dtype(gp.bfloat16), np.dtype(gp.float16))
 
@@ -59,20 +71,22 @@ def tile_of(fmt: str, rows: int, n: int = 0, k: int = 0, sms: int = 132) -> tupl
         steps = max(1, k // 128)
         warps = min(16, 1 << (steps - 1).bit_length())
         return warps, 2 if steps > warps else 1
-    if fmt == "int4_mma":
+    if fmt in MMA:  # quantized
+        per_sm, deep = (MMA_WARPS_PER_SM, MMA_DEEP) if fmt == "int4_mma" else (MMA8_WARPS_PER_SM, MMA8_DEEP)
         blocks = max(1, -(-n // 16))
-        want = -(-MMA_WARPS_PER_SM * sms // blocks)
-        return min(16, max(4, 1 << (want - 1).bit_length()), max(1, k // 128)), MMA_DEEP if blocks < sms else 1
+        want = -(-per_sm * sms // blocks)
+        return min(16, max(4, 1 << (want - 1).bit_length()), max(1, k // 128)), deep if blocks < sms else 1
     return TILES[fmt][min(rows, 3) - 1]
 
 
 def variant(fmt: str, dtype: Any, group: int, k: int = 0) -> str:
     """The kernel for ``fmt`` weights (groups of ``group``, ``k`` inputs) and
-    ``dtype`` activations: with half activations, int4 in groups of a multiple
-    of 128 and plain weights with k a multiple of 128 run on tensor cores."""
+    ``dtype`` activations: with half activations, int8 / int4 / fp8 in groups
+    of a multiple of 128 and plain weights with k a multiple of 128 run on
+    tensor cores; float32 activations and smaller groups on the FFMA kernel."""
     if np.dtype(dtype) in HALF:
-        if fmt == "int4" and group % 128 == 0:
-            return "int4_mma"
+        if fmt in ("int8", "int4", "fp8") and group > 0 and group % 128 == 0:
+            return fmt + "_mma"
         if fmt == "plain" and k > 0 and k % 128 == 0:
             return "plain_mma"
     return fmt

@@ -6,9 +6,9 @@
 //          each nibble the value + 8 (values -8..7), w = q * s[n, k / G];
 //   Fp8:   q float8_e4m3fn [N, K], w = q * s[n, k / G] (s float32).
 // Integer scales are half, symmetric (no zero point). Row n of the weight is
-// contiguous, as in a Linear layer. With half / bfloat16 activations, int4
-// weights in groups of 128k and plain weights with K a multiple of 128 run on
-// tensor cores (gemv_mma, below).
+// contiguous, as in a Linear layer. With half / bfloat16 activations, int8,
+// int4 and fp8 weights in groups of 128k and plain weights with K a multiple
+// of 128 run on tensor cores (gemv_mma, below).
 //
 // A warp computes COLS output columns for all M rows; a block has WARPS warps.
 // Per step each lane reads 16 bytes of every column's weights (one group, as
@@ -63,6 +63,25 @@ __device__ __forceinline__ float half_bits_to_float(unsigned short h) {
   float f;
   asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
   return f;
+}
+
+// e4m3 bytes 2p, 2p + 1 of w -> a half pair by the hardware conversion (SM 89+;
+// exact). The upper pair is read in place (no shift).
+__device__ __forceinline__ unsigned e4m3x2_to_half2(unsigned w, int p) {
+  unsigned h;
+  if (p) asm("{ .reg .b16 lo, hi; mov.b32 {lo, hi}, %1; cvt.rn.f16x2.e4m3x2 %0, hi; }" : "=r"(h) : "r"(w));
+  else asm("{ .reg .b16 lo, hi; mov.b32 {lo, hi}, %1; cvt.rn.f16x2.e4m3x2 %0, lo; }" : "=r"(h) : "r"(w));
+  return h;
+}
+
+// Two e4m3 bytes in the high bytes of t's 16-bit lanes, moved into a 16-bit
+// float with SHIFT + 4 exponent bits (half: 1, bfloat16: 4), sign kept: the
+// same values times 2^-(bias - 7) (half 2^-8, bfloat16 2^-120), an e4m3
+// subnormal becoming a subnormal of the wider format. NaN never occurs in
+// quantized weights (it would read as a finite value).
+template <int SHIFT>
+__device__ __forceinline__ unsigned e4m3x2_scaled(unsigned t) {
+  return ((t & 0x7F007F00u) >> SHIFT) | (t & 0x80008000u);
 }
 
 // Formats: PER weights per 16-byte chunk, the chunk's values as floats (before
@@ -127,9 +146,7 @@ struct Fp8 {  // e4m3fn; NaN never occurs in quantized weights
     for (int i = 0; i < 4; ++i)
 #pragma unroll
       for (int p = 0; p < 2; ++p) {  // two e4m3 values at a time, by the hardware conversion
-        unsigned int h;
-        const unsigned short pair = static_cast<unsigned short>(words[i] >> (16 * p));
-        asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h) : "h"(pair));
+        const unsigned int h = e4m3x2_to_half2(words[i], p);
         out[i * 4 + 2 * p] = half_bits_to_float(static_cast<unsigned short>(h & 0xFFFFu));
         out[i * 4 + 2 * p + 1] = half_bits_to_float(static_cast<unsigned short>(h >> 16));
       }
@@ -143,8 +160,7 @@ struct Fp8 {  // e4m3fn; NaN never occurs in quantized weights
 #pragma unroll
       for (int p = 0; p < 2; ++p) {
         // bytes 2p, 2p+1 into the high bytes of two 16-bit lanes, then as halves
-        const unsigned int x = __byte_perm(words[i], 0, p ? 0x3727u : 0x1707u);
-        const unsigned int h = ((x & 0x7F007F00u) >> 1) | (x & 0x80008000u);
+        const unsigned int h = e4m3x2_scaled<1>(__byte_perm(words[i], 0, p ? 0x3727u : 0x1707u));
         out[i * 4 + 2 * p] = half_bits_to_float(static_cast<unsigned short>(h & 0xFFFFu));
         out[i * 4 + 2 * p + 1] = half_bits_to_float(static_cast<unsigned short>(h >> 16));
       }
@@ -229,45 +245,55 @@ gemv(const TX* __restrict__ x, const unsigned char* __restrict__ q, const void* 
     }
 }
 
-// Half / bfloat16 activations on tensor cores: int4 weights with groups of a
-// multiple of 128 values, and plain weights of the activations' dtype (K a
-// multiple of 128). Per weight the FFMA kernel above spends a PRMT, an FADD
-// and an FFMA, for each row (about 6 instructions a weight at M = 1 as
-// measured for int4, and M = 8 took 2.8x as long as M = 1). Here mma.sync
-// m16n8k16 does 256 products per instruction: a 16-row tile of the weight is
-// the mma's A (16 x 16 per k16), the activation rows its B columns (M <= 8
-// of 8), so the cost does not grow with M. The k order inside a step is free
-// as long as A and B agree.
+// Half / bfloat16 activations on tensor cores: int8, int4 and fp8 weights
+// with groups of a multiple of 128 values, and plain weights of the
+// activations' dtype (K a multiple of 128). Per weight the FFMA kernel above
+// spends a PRMT, an FADD and an FFMA for each row (about 6 instructions a
+// weight at M = 1 as measured for int4, and M = 8 took 2.1-2.8x as long as
+// M = 1). Here mma.sync m16n8k16 does 256 products per instruction: a 16-row
+// tile of the weight is the mma's A (16 x 16 per k16), the activation rows
+// its B columns (M <= 8 of 8), so the cost does not grow with M. The k order
+// inside a step is free as long as A and B agree.
 // Lane (r, q) = (lane / 4, lane % 4) reads weight rows r and r + 8 at
 // k = 128 s + 32 q .. + 31 (step s: 128 values) and row r of the
 // activations there (4 x 16 bytes); a block's WARPS warps take every WARPS-th
 // step of the same 16 rows (more loads in flight over short K loops) and meet
 // in shared memory; each warp keeps DEPTH steps of weights in flight.
 // The weight formats (W): LOADS 16-byte loads a row a step, the group scale
-// (applied once a step) or none, and operands(): the A registers and B
-// registers of the step's j-th pair of mma (j < 4) from the lane's weights
-// w[row r / r + 8][LOADS] and its activations xj (k = 128 s + 32 q + 8 j ..).
-//   Int4Mma: one load (32 nibbles). Two nibbles become two exact 16-bit
+// (of type S, applied once a step) or none, and operands(): the A registers
+// and B registers of the step's j-th pair of mma (j < 4) from the lane's
+// weights w[row r / r + 8][LOADS] and its activations xj (k = 128 s + 32 q + 8 j ..).
+//   Int4Operands: one load (32 nibbles). Two nibbles become two exact 16-bit
 //   values with one LOP3 (and a shift): (w >> 4i) & 0x000F000F under the
 //   exponent of 128 (bf16) or 1024 (half) is 128 + n, and one packed FMA takes
 //   136 (1032) off. A register's two values are the nibbles (k, k + 4) of one
 //   32-bit word, and the activations are paired the same way by one PRMT.
-//   PlainMma: four loads (8 values each), already in the mma's pairs.
+//   Int8Operands, Fp8Operands: two loads (32 bytes). A register's two values
+//   are the bytes (k, k + 1), paired as the activations already are; each
+//   byte becomes its exact value in TX (every int8, every finite e4m3 code)
+//   by Int8Mma / Fp8Mma below, 0.5 to 2.5 instructions a weight.
+//   PlainOperands: four loads (8 values each), already in the mma's pairs.
+
+// a * b + c on pairs of TX, one rounding (exact where the result is a TX value).
+template <class TX>
+__device__ __forceinline__ unsigned fma2(unsigned a, unsigned b, unsigned c) {
+  unsigned d;
+  if constexpr (is_same<TX, bfloat16>::value) asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  else asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+}
+
 template <class TX> struct Int4Mma;
 template <> struct Int4Mma<bfloat16> {
   static constexpr unsigned kMagic = 0x43004300u;  // 128, 128
   __device__ __forceinline__ static unsigned unbias(unsigned v) {  // 128 + n -> n - 8, exactly
-    unsigned d;
-    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(v), "r"(0x3F803F80u), "r"(0xC308C308u));  // * 1 - 136
-    return d;
+    return fma2<bfloat16>(v, 0x3F803F80u, 0xC308C308u);  // * 1 - 136
   }
 };
 template <> struct Int4Mma<half> {
   static constexpr unsigned kMagic = 0x64006400u;  // 1024, 1024
   __device__ __forceinline__ static unsigned unbias(unsigned v) {
-    unsigned d;
-    asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(v), "r"(0x3C003C00u), "r"(0xE408E408u));  // * 1 - 1032
-    return d;
+    return fma2<half>(v, 0x3C003C00u, 0xE408E408u);  // * 1 - 1032
   }
 };
 
@@ -275,6 +301,8 @@ template <class TX>
 struct Int4Operands : Int4Mma<TX> {
   static constexpr int LOADS = 1;
   static constexpr bool SCALED = true;
+  static constexpr int DEEP_MIN_BLOCKS = 0;
+  using S = half;
   __device__ __forceinline__ static void operands(const uint4 (&w)[2][LOADS], const uint4& xj, int j, unsigned (&a)[2][4],
                                                   unsigned (&b)[4]) {
     const unsigned xw[4] = {xj.x, xj.y, xj.z, xj.w};
@@ -291,9 +319,79 @@ struct Int4Operands : Int4Mma<TX> {
   }
 };
 
+// 8-bit weights: pair(w, p) is the TX pair of bytes 2p, 2p + 1 of the word w.
+// int8 -> half: one LOP3 a word adds 128 (the sign bits flipped), one PRMT
+// puts two bytes under 0x64 (the half 1024 + 128 + b) and one packed FMA
+// takes 1152 off: 1.25 instructions a weight, exact.
+// int8 -> bfloat16: 8 significant bits hold every int8 but not 128 + (0..255),
+// so the sign bit goes apart: one PRMT puts two bytes under 0x43, one LOP3
+// keeps their low 7 bits (the bf16 128 + (b & 127)), one their sign bit (the
+// exponent's lowest bit: 128 or 256), and one packed FMA subtracts the second
+// from the first: b = (b & 127) - (b & 128), exact; 2 instructions a weight
+// (through float32, a PRMT and an FADD a weight and a pack: 2.75).
+template <class TX> struct Int8Mma;
+template <> struct Int8Mma<half> {
+  __device__ __forceinline__ static unsigned pair(unsigned w, int p) {
+    return fma2<half>(__byte_perm(w ^ 0x80808080u, 0x64646464u, p ? 0x4342u : 0x4140u), 0x3C003C00u, 0xE480E480u);  // * 1 - 1152
+  }
+};
+template <> struct Int8Mma<bfloat16> {
+  __device__ __forceinline__ static unsigned pair(unsigned w, int p) {
+    const unsigned t = __byte_perm(w, 0x43434343u, p ? 0x4342u : 0x4140u);
+    return fma2<bfloat16>(t & 0xFF80FF80u, 0xBF80BF80u, t & 0xFF7FFF7Fu);  // (128 + (b & 127)) - (128 + (b & 128))
+  }
+};
+
+// e4m3 -> half on SM 89+: the hardware conversion, 0.5 instructions a weight.
+// Otherwise, and for bfloat16 (no such conversion): one PRMT puts two bytes in
+// the high bytes of the lanes, e4m3x2_scaled (a shift, two LOP3) makes them
+// the values times 2^-8 (half) or 2^-120 (bf16), and one packed FMA by 2^8 or
+// 2^120 gives them back exactly, the subnormals too (an FMA without .ftz
+// keeps subnormal inputs); 2.5 instructions a weight.
+template <class TX> struct Fp8Mma {
+  __device__ __forceinline__ static unsigned pair(unsigned w, int p) {
+#if __CUDA_ARCH__ >= 890
+    if constexpr (is_same<TX, half>::value) return e4m3x2_to_half2(w, p);
+#endif
+    constexpr bool kHalf = is_same<TX, half>::value;
+    const unsigned t = e4m3x2_scaled<kHalf ? 1 : 4>(__byte_perm(w, 0, p ? 0x3727u : 0x1707u));
+    return fma2<TX>(t, kHalf ? 0x5C005C00u : 0x7B807B80u, 0x80008000u);  // * 2^8 or 2^120 + (-0)
+  }
+};
+
+template <class C>
+struct ByteOperands {
+  static constexpr int LOADS = 2;
+  static constexpr bool SCALED = true;
+  static constexpr int DEEP_MIN_BLOCKS = 1;
+  __device__ __forceinline__ static void operands(const uint4 (&w)[2][LOADS], const uint4& xj, int j, unsigned (&a)[2][4],
+                                                  unsigned (&b)[4]) {
+    unsigned t[2][4];  // rows r / r + 8: pairs (k, k + 1), k = 8j, 8j + 2, 8j + 4, 8j + 6 of the lane's 32
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const unsigned* ww = &w[h][j >> 1].x + 2 * (j & 1);  // k = 8j .. 8j + 3, 8j + 4 .. 8j + 7
+#pragma unroll
+      for (int p = 0; p < 4; ++p) t[h][p] = C::pair(ww[p >> 1], p & 1);
+    }
+    a[0][0] = t[0][0], a[0][1] = t[1][0], a[0][2] = t[0][1], a[0][3] = t[1][1];
+    a[1][0] = t[0][2], a[1][1] = t[1][2], a[1][2] = t[0][3], a[1][3] = t[1][3];
+    b[0] = xj.x, b[1] = xj.y, b[2] = xj.z, b[3] = xj.w;
+  }
+};
+template <class TX>
+struct Int8Operands : ByteOperands<Int8Mma<TX>> {
+  using S = half;
+};
+template <class TX>
+struct Fp8Operands : ByteOperands<Fp8Mma<TX>> {
+  using S = float;
+};
+
 struct PlainOperands {
   static constexpr int LOADS = 4;
   static constexpr bool SCALED = false;
+  static constexpr int DEEP_MIN_BLOCKS = 0;
+  using S = half;  // no scales
   __device__ __forceinline__ static void operands(const uint4 (&w)[2][LOADS], const uint4& xj, int j, unsigned (&a)[2][4],
                                                   unsigned (&b)[4]) {
     const uint4 r0 = w[0][j], r8 = w[1][j];  // k = 8j .. 8j + 7 of the lane's 32, in pairs
@@ -307,9 +405,11 @@ struct PlainOperands {
 // rows (row stride K) that the steps read: the input itself, or rows a fused
 // prologue built in shared memory (below).
 template <int M, int WARPS, int DEPTH, class TX, class W, class XRows>
-__device__ __forceinline__ void gemv_mma_body(XRows x_rows, const unsigned char* __restrict__ q, const half* __restrict__ scales,
-                                              const TX* __restrict__ bias, TX* __restrict__ y, int N, int K, int G) {
+__device__ __forceinline__ void gemv_mma_body(XRows x_rows, const unsigned char* __restrict__ q,
+                                              const typename W::S* __restrict__ scales, const TX* __restrict__ bias,
+                                              TX* __restrict__ y, int N, int K, int G) {
   constexpr int L = W::LOADS;
+  using S = typename W::S;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int r = lane >> 2, quad = lane & 3;
   const int n0 = blockIdx.x * 16;
@@ -321,8 +421,8 @@ __device__ __forceinline__ void gemv_mma_body(XRows x_rows, const unsigned char*
   // next DEPTH - 1 steps are in flight while one is used (a warp's steps are
   // few, so each one waited for would cost a whole DRAM latency).
   uint4 w[DEPTH][2][L];
-  half sc[DEPTH][2];
-  auto load = [&](uint4 (&dw)[2][L], half (&ds)[2], int s) {
+  S sc[DEPTH][2];
+  auto load = [&](uint4 (&dw)[2][L], S (&ds)[2], int s) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
 #pragma unroll
@@ -385,9 +485,13 @@ __device__ __forceinline__ void gemv_mma_body(XRows x_rows, const unsigned char*
   }
 }
 
+// DEEP_MIN_BLOCKS: the blocks an SM that ptxas is told to fit for DEPTH > 1
+// (0: its own choice). Such tiles run where the grid has fewer blocks than
+// SMs; left to itself ptxas fit 8-bit weights' 16 x 2 tiles into 64
+// registers, spilling, for two blocks an SM that never come (88 without).
 template <int M, int WARPS, int DEPTH, class TX, class W>
-__global__ void __launch_bounds__(WARPS * 32)
-gemv_mma(const TX* __restrict__ x, const unsigned char* __restrict__ q, const half* __restrict__ scales,
+__global__ void __launch_bounds__(WARPS * 32, DEPTH > 1 ? W::DEEP_MIN_BLOCKS : 0)
+gemv_mma(const TX* __restrict__ x, const unsigned char* __restrict__ q, const typename W::S* __restrict__ scales,
          const TX* __restrict__ bias, TX* __restrict__ y, int N, int K, int G) {
   gemv_mma_body<M, WARPS, DEPTH, TX, W>([&] { return x; }, q, scales, bias, y, N, K, G);
 }
