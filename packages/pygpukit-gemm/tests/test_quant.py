@@ -167,15 +167,14 @@ def test_gemv_variant_and_grid():
     assert gemv.tile_of("int4_mma", 8, 4096, 14336, 132) == (16, 1)  # 256 blocks
     assert gemv.tile_of("int4_mma", 1, 896, 4864, 132) == (16, gemv.MMA_DEEP)  # 56 blocks: fewer than SMs
     assert gemv.tile_of("int4_mma", 1, 64, 256, 132)[0] == 2  # two steps of K
-    # int8 / fp8 on tensor cores (2x int4's bytes a step): int4's rule at MMA8_WARPS_PER_SM and MMA8_DEEP
-    assert gemv.MMA8_WARPS_PER_SM == 12  # the cases below assume it
+    # int8 / fp8 on tensor cores: int4's rule
     for fmt in ("int8_mma", "fp8_mma"):
         for rows in (1, 8):
             assert gemv.tile_of(fmt, rows, 14336, 4096, 132) == (4, 1)  # 896 blocks
-            assert gemv.tile_of(fmt, rows, 4096, 14336, 132) == (8, 1)  # 256 blocks: 7 warps wanted
-            assert gemv.tile_of(fmt, rows, 896, 4864, 132) == (16, gemv.MMA8_DEEP)  # 56 blocks: fewer than SMs
-            assert gemv.tile_of(fmt, rows, 4864, 896, 132) == (7, 1)  # 304 blocks: 8 warps wanted, 7 steps of K
-            assert gemv.tile_of(fmt, rows, 200, 384, 132) == (3, gemv.MMA8_DEEP)  # 3 steps of K
+            assert gemv.tile_of(fmt, rows, 4096, 14336, 132) == (16, 1)  # 256 blocks: 13 warps wanted
+            assert gemv.tile_of(fmt, rows, 896, 4864, 132) == (16, gemv.MMA_DEEP)  # 56 blocks: fewer than SMs
+            assert gemv.tile_of(fmt, rows, 4864, 896, 132) == (7, 1)  # 304 blocks: 11 warps wanted, 7 steps of K
+            assert gemv.tile_of(fmt, rows, 200, 384, 132) == (3, gemv.MMA_DEEP)  # 3 steps of K
         assert gemv.grid_of(fmt, (8, 1), 200) == 13
     # plain on tensor cores: a warp a step of K up to 16 warps, then two steps a warp
     assert gemv.tile_of("plain_mma", 1, 9728, 896) == (8, 1) and gemv.tile_of("plain_mma", 8, 2560, 2048) == (16, 1)
