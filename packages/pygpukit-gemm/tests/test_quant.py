@@ -132,11 +132,11 @@ def test_gemv_linear_against_float64(rng, dtype, xshape):
 @pytest.mark.parametrize("rows", [1, 5, 8])
 def test_int4_tensor_core_gemv(rng, group, dtype, rows):
     """int4 weights with groups of a multiple of 128 take the tensor-core
-    kernel (several steps a group at 256, a partial last block of columns),
-    others the FFMA one; both against float64 over the dequantized weight."""
+    kernel (several steps a group at 256, a partial last block of columns,
+    more blocks than SMs), others the FFMA one; both against float64 over the dequantized weight."""
     from pygpukit_gemm import gemv
 
-    n, k = 1000, 1536
+    n, k = (1000, 1536) if rows != 5 else (8200, 2048)  # 513 blocks of 8 warps, two steps each: the steady depth
     qw = quantize_weight(gp.from_numpy(rng.standard_normal((n, k)).astype(np.float32)), "int4", group_size=group)
     x = rng.standard_normal((rows, k)).astype(dtype)
     ref = x.astype(np.float64) @ dequantize_weight(qw, gp.float64).to_numpy().T
@@ -163,8 +163,9 @@ def test_gemv_variant_and_grid():
     # the FFMA kernel's tiles by rows: 1, 2, more
     assert [gemv.tile_of("int8", rows) for rows in (1, 2, 3, 8)] == [(16, 2), (4, 2), (4, 4), (4, 4)]
     # int4 on tensor cores: warps a block to bring the grid near MMA_WARPS_PER_SM a SM, 4 to 16, at most K / 128
-    assert gemv.tile_of("int4_mma", 1, 14336, 4096, 132) == (4, 1)  # 896 blocks
-    assert gemv.tile_of("int4_mma", 8, 4096, 14336, 132) == (16, 1)  # 256 blocks
+    assert gemv.tile_of("int4_mma", 1, 14336, 4096, 132) == (4, 2)  # 896 blocks, 8 steps a warp: two in flight
+    assert gemv.tile_of("int4_mma", 8, 4096, 14336, 132) == (16, 2)  # 256 blocks
+    assert gemv.tile_of("int4_mma", 1, 4864, 896, 132) == (7, 1)  # 304 blocks, a step a warp
     assert gemv.tile_of("int4_mma", 1, 896, 4864, 132) == (16, gemv.MMA_DEEP)  # 56 blocks: fewer than SMs
     assert gemv.tile_of("int4_mma", 1, 64, 256, 132)[0] == 2  # two steps of K
     # int8 / fp8 on tensor cores: int4's rule

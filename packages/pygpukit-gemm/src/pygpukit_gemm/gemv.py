@@ -40,16 +40,20 @@ TILES = {
 # in groups of 128k, or plain weights with K a multiple of 128): 16 columns a
 # block (the mma tile's rows), warps taking turns over the steps of K (128
 # values). Quantized: warps a block as many as bring the grid to
-# MMA_WARPS_PER_SM a SM, 4 to 16; a warp's steps in flight: one, or MMA_DEEP
-# where the grid has fewer blocks than SMs (there a warp's own latency is the
-# time). plain (4x int4's bytes a step): one warp a step up to 16 warps, two
+# MMA_WARPS_PER_SM a SM, 4 to 16; a warp's steps in flight: MMA_DEEP where the
+# grid has fewer blocks than SMs (there a warp's own latency is the time),
+# else MMA_STEADY[format] where a warp has more than one step (int4 at
+# 4096 -> 14336: two steps, 8-10% faster than one; int8 / fp8: one, two was
+# 13-20% slower). plain (4x int4's bytes a step): one warp a step up to 16 warps, two
 # steps a warp past that, so that the whole of a short K is in flight at once.
 # All ran fastest on an H100 at Llama-3-8B's, Llama-1.1B's and Qwen2-0.5B's
 # shapes; int8 and fp8 (2x int4's bytes a step) within 3% of their best tile
 # at 4096 <-> 14336, 896 <-> 4864, 1, 2 and 8 rows
-# (benchmarks/results/2026-11-26_H100-80GB-HBM3_gemv-int8-fp8-mma-sweep.json).
+# (benchmarks/results/2026-11-26_H100-80GB-HBM3_gemv-int8-fp8-mma-sweep.json,
+# ..._gemv-int4-depth-sweep.json).
 MMA_WARPS_PER_SM = 24
 MMA_DEEP = 3
+MMA_STEADY = {"int4_mma": 2, "int8_mma": 1, "fp8_mma": 1}
 SMALL = 2  # rows the FFMA kernel takes ahead of cuBLASLt (decode_linear: K not a multiple of 128)
 _FORMATS = {"int8": "pgk::Int8", "int4": "pgk::Int4", "fp8": "pgk::Fp8"}
 # variant -> gemv.cu's operands
@@ -71,9 +75,10 @@ def tile_of(fmt: str, rows: int, n: int = 0, k: int = 0, sms: int = 132) -> tupl
         warps = min(16, 1 << (steps - 1).bit_length())
         return warps, 2 if steps > warps else 1
     if fmt in MMA:  # quantized
-        blocks = max(1, -(-n // 16))
+        blocks, steps = max(1, -(-n // 16)), max(1, k // 128)
         want = -(-MMA_WARPS_PER_SM * sms // blocks)
-        return min(16, max(4, 1 << (want - 1).bit_length()), max(1, k // 128)), MMA_DEEP if blocks < sms else 1
+        warps = min(16, max(4, 1 << (want - 1).bit_length()), steps)
+        return warps, MMA_DEEP if blocks < sms else (MMA_STEADY[fmt] if steps > warps else 1)
     return TILES[fmt][min(rows, 3) - 1]
 
 
