@@ -14,8 +14,10 @@ gets scale 1. Works on both backends (it is made of core's ops).
 
 ``qlinear(x, qw, bias=None)`` = x @ dequantize(qw).T + bias. With pygpukit-gemm
 on a CUDA GPU (SM 80+), up to 8 rows of activations (decode) run the GEMV
-kernel that reads the packed weights once (gemv.py); more rows, or the CPU,
-dequantize and take ``gp.linear``.
+kernel that reads the packed weights once (gemv.py), and up to GEMV_CHUNKS
+times as many (a short prompt's prefill) run it on 8 rows at a time, reading
+them once a chunk: less than dequantizing them for one product would move;
+more rows, or the CPU, dequantize and take ``gp.linear``.
 """
 
 from __future__ import annotations
@@ -107,13 +109,25 @@ def reference(x: Any, qw: Any, bias: Any = None) -> gp.GPUArray:
     return gp.linear(x, dequantize_weight(qw, x.dtype), bias)
 
 
+# Rows past gemv.MAX_ROWS run the GEMV in chunks of MAX_ROWS, up to this many chunks; each reads the packed weights
+# again, which for 4 chunks is still less than dequantizing them moves (int4: 4 x 0.25 of the bf16 bytes, against
+# reading them and writing and reading bf16 ones).
+GEMV_CHUNKS = 4
+
+
 def decode_rows(x: Any, qw: Any, bias: Any = None) -> bool:
-    """The GEMV kernel's case: at most gemv.MAX_ROWS rows of float activations."""
-    return isinstance(qw, QuantizedWeight) and x.ndim >= 1 and x.size // max(x.shape[-1], 1) <= gemv.MAX_ROWS
+    """The GEMV kernel's case: at most GEMV_CHUNKS * gemv.MAX_ROWS rows of float activations."""
+    return isinstance(qw, QuantizedWeight) and x.ndim >= 1 and x.size // max(x.shape[-1], 1) <= GEMV_CHUNKS * gemv.MAX_ROWS
 
 
 def qlinear_gemv(x: Any, qw: Any, bias: Any = None) -> gp.GPUArray:
     """The GEMV kernel over the packed weights (see the module docstring)."""
     _check(x, qw, bias)
     n, k = qw.shape
-    return gemv.run(x, qw.q, qw.scales, qw.format, n, k, qw.group_size, bias)
+    rows = x.size // k
+    if rows <= gemv.MAX_ROWS:
+        return gemv.run(x, qw.q, qw.scales, qw.format, n, k, qw.group_size, bias)
+    flat, out = x.reshape(rows, k), gp.empty((rows, n), x.dtype)
+    for r in range(0, rows, gemv.MAX_ROWS):
+        out[r : r + gemv.MAX_ROWS] = gemv.run(flat[r : r + gemv.MAX_ROWS], qw.q, qw.scales, qw.format, n, k, qw.group_size, bias)
+    return out.reshape(*x.shape[:-1], n)
