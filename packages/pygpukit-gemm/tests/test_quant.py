@@ -290,3 +290,28 @@ def test_gemv_kernels_compile_for_sm80_and_sm90(tmp_path, monkeypatch):
                     kernel = gemv.kernel(rows, fmt, ctype, tile)
                     for sm in (80, 90) if rows in (1, gemv.MAX_ROWS) else (90,):
                         assert kernel.compile(sm).image[:4] == b"\x7fELF"
+    for fmt in FORMATS:  # the dequantize kernel
+        for ctype in gemv._CTYPES.values():
+            for sm in (80, 90):
+                assert gemv._dequantize_kernel(fmt, ctype).compile(sm).image[:4] == b"\x7fELF"
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_dequantize_kernel_equals_the_ops(rng, fmt, monkeypatch):
+    """On a GPU dequantize_weight is one kernel: the same bits as the ops it
+    replaces (value * scale in float32, then the dtype), over weights spanning
+    many binades (fp8 subnormals included), odd N, groups of 64; float64 and
+    the CPU take the ops."""
+    from pygpukit_gemm import gemv
+
+    w = rng.standard_normal((37, 384)) * np.exp(rng.uniform(-12, 2, (37, 384)))
+    qw = quantize_weight(gp.from_numpy(w.astype(np.float32)), fmt, group_size=64)
+    assert not gemv.dequantizes(qw.q, qw.scales, gp.float64)
+    for dtype in (gp.bfloat16, gp.float16, gp.float32):
+        assert gemv.dequantizes(qw.q, qw.scales, dtype) == (gp.backend() == "cuda")
+        got = dequantize_weight(qw, dtype)
+        with monkeypatch.context() as m:
+            m.setattr(gemv, "dequantizes", lambda *a: False)
+            want = dequantize_weight(qw, dtype)
+        assert got.shape == (37, 384) and got.dtype == np.dtype(dtype)
+        np.testing.assert_array_equal(got.to_numpy(), want.to_numpy())

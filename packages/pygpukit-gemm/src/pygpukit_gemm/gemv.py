@@ -121,6 +121,32 @@ def kernel(rows: int, fmt: str, ctype: str, tile: tuple[int, int] | None = None)
     )
 
 
+@cache
+def _dequantize_kernel(fmt: str, ctype: str) -> Any:
+    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels", "gemv.cu")) as f:
+        source = f.read()
+    return gp.jit(source, f"pgk::dequantize<{_FORMATS[fmt]}, {ctype}>",
+                  signature="const void* q, const void* scales, void* out, long long chunks, int K, int G", name="gemv.cu")  # fmt: skip
+
+
+def dequantizes(q: Any, scales: Any, dtype: Any) -> bool:
+    """Whether ``dequantize`` takes these arrays: on a CUDA GPU, contiguous and 16-byte aligned, out to bf16 / fp16 / float32."""
+    return (
+        gp.backend() == "cuda" and np.dtype(dtype) in _CTYPES and q.is_contiguous and scales.is_contiguous
+        and q.data_ptr % 16 == 0 and q.nbytes % 16 == 0
+    )  # fmt: skip
+
+
+def dequantize(q: gp.GPUArray, scales: gp.GPUArray, fmt: str, n: int, k: int, group: int, dtype: Any) -> gp.GPUArray:
+    """The (n, k) weight that ``q`` and ``scales`` in format ``fmt`` stand for, in ``dtype``, in one kernel (see ``dequantizes``)."""
+    out = gp.empty((n, k), dtype)
+    chunks = q.nbytes // 16
+    if chunks:
+        grid = min(-(-chunks // 256), 16 * _runtime.get().props["multiprocessor_count"])
+        _dequantize_kernel(fmt, _CTYPES[np.dtype(dtype)])(grid, 256, q, scales, out, chunks, k, group)
+    return out
+
+
 # Launches prepared per call signature: (CUfunction, grid, threads, output shape, dependent launch).
 _launches: dict[tuple, tuple[int, int, int, tuple[int, ...], bool]] = {}
 _PARAMS = struct.Struct("@PPPPPiii")  # the kernel's parameters, in the CUDA ABI layout

@@ -82,8 +82,11 @@ def quantize_weight(w: Any, format: str = "int8", group_size: int = 128) -> Quan
 
 
 def dequantize_weight(qw: QuantizedWeight, dtype: Any = gp.float32) -> gp.GPUArray:
-    """The weight ``qw`` stands for, (N, K) in ``dtype``."""
+    """The weight ``qw`` stands for, (N, K) in ``dtype``: value * scale in
+    float32, rounded to ``dtype`` (one kernel on a CUDA GPU, core's ops elsewhere)."""
     n, k = qw.shape
+    if gemv.dequantizes(qw.q, qw.scales, dtype):
+        return gemv.dequantize(qw.q, qw.scales, qw.format, n, k, qw.group_size, dtype)
     if qw.format == "int4":
         lo = (qw.q & 15).astype(gp.float32) - 8
         hi = (qw.q >> 4).astype(gp.float32) - 8

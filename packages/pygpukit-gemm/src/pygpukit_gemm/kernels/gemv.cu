@@ -168,6 +168,32 @@ struct Fp8 {  // e4m3fn; NaN never occurs in quantized weights
 #endif
 };
 
+// The weight a quantized format stands for, in TO (quant.py's
+// dequantize_weight on the GPU, for a product of more rows than the GEMV
+// takes): one pass over q, each thread a 16-byte chunk (PER values of one
+// row, inside one group) at a time, value * scale rounded to float32 and then
+// to TO, as the reference's ops round it.
+template <class FMT, class TO>
+__global__ void __launch_bounds__(256)
+dequantize(const unsigned char* __restrict__ q, const typename FMT::S* __restrict__ scales, TO* __restrict__ out, long long chunks,
+           int K, int G) {
+  constexpr int PER = FMT::PER;
+  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < chunks; i += (long long)gridDim.x * blockDim.x) {
+    const long long e0 = i * PER, n = e0 / K;
+    const int k0 = (int)(e0 - n * K);
+    float v[PER];
+    FMT::unpack(reinterpret_cast<const uint4*>(q)[i], v);
+    const float s = static_cast<float>(scales[n * (K / G) + k0 / G]) * FMT::kFactor;
+#pragma unroll
+    for (int h = 0; h < PER / 4; ++h) {
+      Vec<TO, 4> o;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) o.v[j] = TO(v[4 * h + j] * s);
+      reinterpret_cast<Vec<TO, 4>*>(out + e0)[h] = o;
+    }
+  }
+}
+
 template <int M, class FMT, int WARPS, int COLS, class TX>
 __global__ void __launch_bounds__(WARPS * 32)
 gemv(const TX* __restrict__ x, const unsigned char* __restrict__ q, const void* __restrict__ scales_,
