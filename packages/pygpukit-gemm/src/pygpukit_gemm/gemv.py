@@ -102,6 +102,12 @@ def grid_of(fmt: str, tile: tuple[int, int], n: int) -> int:
 
 
 @cache
+def _source() -> str:
+    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels", "gemv.cu")) as f:
+        return f.read()
+
+
+@cache
 def kernel(rows: int, fmt: str, ctype: str, tile: tuple[int, int] | None = None) -> Any:
     """The kernel for ``rows`` rows of ``ctype`` activations and ``fmt`` weights (a ``variant``)."""
     warps, cols = tile or tile_of(fmt, rows)
@@ -110,10 +116,8 @@ def kernel(rows: int, fmt: str, ctype: str, tile: tuple[int, int] | None = None)
     else:
         weight = f"pgk::Plain<{ctype}>" if fmt == "plain" else _FORMATS[fmt]
         expr = f"pgk::gemv<{rows}, {weight}, {warps}, {cols}, {ctype}>"
-    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels", "gemv.cu")) as f:
-        source = f.read()
     return gp.jit(
-        source,
+        _source(),
         expr,
         signature="const void* x, const void* q, const void* scales, const void* bias, void* y, int N, int K, int G",
         name="gemv.cu",
@@ -123,9 +127,7 @@ def kernel(rows: int, fmt: str, ctype: str, tile: tuple[int, int] | None = None)
 
 @cache
 def _dequantize_kernel(fmt: str, ctype: str) -> Any:
-    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels", "gemv.cu")) as f:
-        source = f.read()
-    return gp.jit(source, f"pgk::dequantize<{_FORMATS[fmt]}, {ctype}>",
+    return gp.jit(_source(), f"pgk::dequantize<{_FORMATS[fmt]}, {ctype}>",
                   signature="const void* q, const void* scales, void* out, long long chunks, int K, int G", name="gemv.cu")  # fmt: skip
 
 
@@ -241,9 +243,7 @@ _FUSED_PARAMS = {kind: struct.Struct(fmt) for kind, (fmt, _) in _FUSED.items()}
 @cache
 def fused_kernel(kind: str, rows: int, ctype: str, tile: tuple[int, int]) -> Any:
     """The tensor-core GEMV of plain weights with the ``kind`` prologue ("add_rms" or "swiglu") for ``rows`` rows."""
-    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels", "gemv.cu")) as f:
-        source = f.read()
-    return gp.jit(source, f"pgk::gemv_mma_{kind}<{rows}, {tile[0]}, {tile[1]}, {ctype}>", signature=_FUSED[kind][1], name="gemv.cu",
+    return gp.jit(_source(), f"pgk::gemv_mma_{kind}<{rows}, {tile[0]}, {tile[1]}, {ctype}>", signature=_FUSED[kind][1], name="gemv.cu",
                   dependent_launch=True)  # fmt: skip
 
 
