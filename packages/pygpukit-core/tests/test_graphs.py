@@ -28,6 +28,27 @@ def test_replay_recomputes_from_updated_inputs(rng):
         np.testing.assert_allclose(z.to_numpy(), e / e.sum(-1, keepdims=True), rtol=1e-5)
 
 
+def test_host_values_copied_during_capture_are_the_graphs_constants(rng):
+    """Arrays made from host data inside the block (where's scalars become 0-d
+    arrays, an explicit from_numpy) keep their capture-time values on every
+    replay, after the NumPy temporaries they came from are gone and their
+    memory reused (a copy captured from pageable memory would read it again)."""
+    x = gp.from_numpy(random_array(rng, (300,), np.float32))
+    offsets = np.linspace(-1, 1, 300).astype(np.float32)
+    with gp.graph() as g:
+        y = gp.where(x > 0, x, -1.5) + gp.where(gp.isfinite(x), 0.25, 7.0)
+        z = x * gp.from_numpy(offsets * 3)
+    del offsets
+    for _ in range(3):
+        junk = [np.full(n, 123.0 + n, np.float32) for n in range(1, 400)]  # reuses the freed host memory
+        new = random_array(rng, (300,), np.float32)
+        x[...] = new
+        g.replay()
+        np.testing.assert_allclose(y.to_numpy(), np.where(new > 0, new, -1.5) + 0.25, rtol=1e-6)
+        np.testing.assert_allclose(z.to_numpy(), new * (np.linspace(-1, 1, 300).astype(np.float32) * 3), rtol=1e-6)
+        del junk
+
+
 def test_capture_does_not_run_until_replayed_on_gpu():
     if gp.backend() != "cuda":
         pytest.skip("the CPU twin runs the ops once while recording them")

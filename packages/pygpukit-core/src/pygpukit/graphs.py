@@ -32,8 +32,11 @@ uses) and replays them in order, writing into the same arrays.
 
 from __future__ import annotations
 
+import ctypes
 import threading
 from typing import Any
+
+import numpy as np
 
 from . import _runtime
 from ._errors import CudaError, GraphCaptureError
@@ -82,15 +85,18 @@ _routing = threading.Lock()  # installs and removes the router, and graphs' pool
 # a loop rebinds g as the next capture begins): freeing their memory or
 # destroying them then would invalidate that capture, so it waits for the
 # last capture to end.
-_deferred: list[tuple[Any, int, int, Any]] = []
+_deferred: list[tuple[Any, int, int, Any, list[int]]] = []
+_PIN_CHUNK = 1 << 16  # pinned host memory for captured host-to-device copies is taken in chunks of this
 
 
-def _destroy(item: tuple[Any, int, int, Any]) -> None:
-    native, exec_, graph, _pool = item  # the graph's private memory goes with its pool, after these
+def _destroy(item: tuple[Any, int, int, Any, list[int]]) -> None:
+    native, exec_, graph, _pool, pinned = item  # the graph's private memory goes with its pool, after these
     if exec_:
         native.graph_exec_destroy(exec_)
     if graph:
         native.graph_destroy(graph)
+    for ptr in pinned:
+        native.host_free(ptr)
 
 
 class _Recorder:
@@ -133,6 +139,26 @@ class Graph:
         self._saved: tuple[Any, Any] | None = None  # the CPU backend's pool and ops during a capture
         self._entered = False
         self._ready = False
+        self._pinned: list[int] = []  # pinned host chunks holding what captured host-to-device copies read
+        self._pin_at = self._pin_end = 0  # the free part of the last chunk
+
+    def pin(self, src: np.ndarray) -> np.ndarray:
+        """``src``'s bytes in pinned host memory that lives as long as the graph.
+        A host-to-device copy captured from pageable memory would read that
+        address again on every replay, long after the array is gone; the
+        CUDA backend copies from this instead, so the capture-time values are
+        the graph's constants (as the module doc says)."""
+        n = max(src.nbytes, 1)
+        at = (self._pin_at + 15) & ~15
+        if at + n > self._pin_end:
+            size = max(n, _PIN_CHUNK)
+            ptr = self._rt.native.host_alloc(size)
+            self._pinned.append(ptr)
+            at, self._pin_end = ptr, ptr + size
+        self._pin_at = at + n
+        view = np.ctypeslib.as_array((ctypes.c_uint8 * src.nbytes).from_address(at)).view(src.dtype).reshape(src.shape)
+        view[...] = src
+        return view
 
     # -- capture ---------------------------------------------------------------
     def __enter__(self) -> Graph:
@@ -232,8 +258,9 @@ class Graph:
         return len(self._log or ())
 
     def _release(self) -> None:
-        item = (self._rt.native, self._exec, self._graph, self._pool)
+        item = (self._rt.native, self._exec, self._graph, self._pool, self._pinned)
         self._exec = self._graph = 0
+        self._pinned, self._pin_at, self._pin_end = [], 0, 0
         self._pool = self._log = None
         self._ready = False
         with _routing:

@@ -18,7 +18,7 @@ import numpy as np
 
 from .. import _dtypes, kernels
 from ..array import GPUArray
-from ..streams import current_stream_handle
+from ..streams import _local, current_stream_handle
 from ..ufuncs import kernel_dtype as ufunc_kernel_dtype
 
 THREADS = 256
@@ -207,6 +207,9 @@ class CudaOps:
 
     # -- transfers -----------------------------------------------------------
     def from_host(self, dst: Any, src: np.ndarray) -> None:
+        graph = _local.capture
+        if graph is not None:  # replays read the copy's source again: give it one that lives as long as the graph
+            src = graph.pin(src)
         self.rt.native.memcpy_htod(dst.data_ptr, src, current_stream_handle())
 
     def to_host(self, out: np.ndarray, src: Any) -> None:
