@@ -130,6 +130,12 @@ def test_attention_layer_prefill_and_cached_decode(rng, dtype):
     # short prompts take the decode kernel for all their tokens (causal among them)
     cache2 = KVCache(2, 32, hk, d, gp.float32 if dtype == np.float32 else gp.bfloat16)
     assert rel_err(attn(g(x[:, :5]), pos[:5], cache2).to_numpy(), _np_attention(x[:, :5], wqkv, wo, hq, hk, d, 10000.0)) < tol
+    # a ragged batch of short prompts (5 and 3 real tokens of 6): each row's real tokens as alone
+    cache3 = KVCache(2, 32, hk, d, gp.float32 if dtype == np.float32 else gp.bfloat16)
+    out = attn(g(x[:, :6]), pos[:6], cache3, counts=[5, 3]).to_numpy()
+    assert cache3.seq_lengths().tolist() == [5, 3]
+    for b, n in ((0, 5), (1, 3)):
+        assert rel_err(out[b : b + 1, :n], _np_attention(x[b : b + 1, :n], wqkv, wo, hq, hk, d, 10000.0)) < tol
 
 
 def test_attention_and_moe_layer_errors():

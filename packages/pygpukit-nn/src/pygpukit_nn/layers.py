@@ -223,7 +223,9 @@ class Attention:
             q = self.q_norm(q)
         if self.k_norm is not None:
             k = self.k_norm(k)
-        if cache is not None and s <= decode.MAX_TOKENS:  # decode: RoPE and the append in one launch where a kernel takes them
+        # decode: RoPE and the append in one launch where a kernel takes them. Its queries sit at the last
+        # s positions of every sequence, so a ragged append of several tokens (counts) takes the path below.
+        if cache is not None and s <= decode.MAX_TOKENS and (counts is None or s == 1):
             if self.rope is not None:
                 cache.append_rotated(q, k, v, self.rope, positions, layer, counts)
             else:
