@@ -313,3 +313,47 @@ def test_a_later_call_replays_the_captured_graph(tmp_path, paged):
         assert (_tokens(model, [P2, P3], **kw) == eager).all()
     assert (_tokens(model, [P2, P3], cuda_graph=False, **kw) == eager).all()  # eager on the same state
     assert _idle(model) == [state] and state.graph is graph
+
+
+def test_prompts_are_padded_to_a_power_of_two(loaded, monkeypatch):
+    """Short prompts are right-padded to a power of two of at least PREFILL_MIN
+    (within PREFILL_GRAPH_TOKENS a batch, no more than the model's positions),
+    and the padding changes no token."""
+    assert [gen._prefill_width(n, b, 4096) for n, b in ((1, 1), (5, 1), (16, 1), (17, 1), (300, 1), (100, 4), (300, 2))] == [
+        16, 16, 16, 32, 512, 128, 300,
+    ]  # fmt: skip
+    assert gen._prefill_width(200, 1, 220) == 220 and gen._prefill_width(9, 1, 12) == 12
+    dec = gen._Decoder(loaded, gen._check_prompts([P1, P2], loaded.config.vocab_size), GenerationConfig(max_new_tokens=4))
+    assert dec.padded.shape == (2, 16) and not dec.padded[0, 5:].any()
+    dec.finish(False)
+    prompts = [P1, P2 + P3 + P1]  # 5 and 18 tokens: 32 wide
+    padded = {name: _first_call(loaded, prompts, **kw) for name, kw in CONFIGS.items()}
+    monkeypatch.setattr(gen, "PREFILL_GRAPH_TOKENS", 0)  # no padding: each batch as wide as its longest prompt
+    for name, kw in CONFIGS.items():
+        assert (_first_call(loaded, prompts, **kw) == padded[name]).all(), name
+
+
+@pytest.mark.skipif(gp.backend() != "cuda", reason="CUDA graphs replay on a GPU (the CPU backend decodes eagerly)")
+def test_a_prefill_graph_per_width_replays_over_new_prompts(tmp_path):
+    """bfloat16: the first call of a padded width captures its prefill; later
+    calls of that width replay it over their own prompts (ragged or not) and
+    give the eager tokens; another width captures another graph in the same
+    state; prompts past PREFILL_GRAPH_TOKENS prefill eagerly."""
+    path = random_checkpoint(tmp_path / "bf16", "tiny-llama", seed=4, std=0.3)
+    model = pygpukit_llm.load(path, "bfloat16")
+    kw = dict(max_new_tokens=12, greedy=True)
+    batches = [[P1, P3], [P2, P3], [P3, P3], [P2 + P3 + P1, P1]]  # widths 16, 16, 16, 32
+    eager = [_tokens(model, b, cuda_graph=False, **kw) for b in batches]
+    model.release_decode_states()
+    _tokens(model, [P2, P1], **kw)
+    (state,) = _idle(model)
+    assert list(state.prefills) == [16]
+    graph = state.prefills[16][0]
+    for prompts, want in zip(batches, eager):
+        assert (_tokens(model, prompts, **kw) == want).all()
+    assert _idle(model) == [state] and sorted(state.prefills) == [16, 32] and state.prefills[16][0] is graph
+    long = [list(range(1, 301))]  # 512 wide: 2 x 512 > PREFILL_GRAPH_TOKENS at batch 2, so eager
+    want = _tokens(model, long * 2, cuda_graph=False, **kw)
+    model.release_decode_states()
+    assert (_tokens(model, long * 2, **kw) == want).all()
+    assert not _idle(model)[0].prefills

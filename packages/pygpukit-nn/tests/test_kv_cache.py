@@ -229,6 +229,40 @@ def test_overflow_raises_and_writes_nothing(rng):
     assert big.free_blocks == 10
 
 
+@pytest.mark.parametrize("paged", [False, True], ids=["contiguous", "paged"])
+def test_staged_counts_and_advance_per_sequence(rng, paged):
+    """What a captured ragged prefill relies on: appends read the staged counts'
+    device buffer (ragged appends share one buffer, uploaded when the counts
+    change), and advance() takes one count per sequence for the host mirror."""
+    cache = PagedKVCache(8, 4, 2, 64, gp.float32, batch=2, max_seq=16) if paged else KVCache(2, 16, 2, 64, gp.float32)
+    model = Model(1, 2)
+    cache.stage_counts(np.array([5, 2]))
+    staged = cache._counts_dev
+    np.testing.assert_array_equal(staged.to_numpy(), [5, 2])
+    for counts in ([5, 2], [1, 3], [1, 3]):
+        k, v = _tokens(rng, (2, 5, 2, 64), gp.float32)
+        cache.append(gp.from_numpy(k), gp.from_numpy(v), counts=counts)
+        model.append(0, k, v, counts)
+        assert cache._counts_dev is staged
+        np.testing.assert_array_equal(staged.to_numpy(), counts)
+    _check_contents(cache, model, 0)
+    assert cache.seq_lengths().tolist() == [7, 8]
+    cache.advance(np.array([2, 0]))  # as after a replay that appended 2 and 0 tokens
+    assert cache.seq_lengths().tolist() == [9, 8] and cache.max_length() == 9
+    cache.advance(1)
+    assert cache.seq_lengths().tolist() == [10, 9]
+    for bad in ([1], [-1, 0], [0.5, 1], [[1, 1]]):
+        with pytest.raises(ValueError, match="advance: tokens must be an int >= 0 or 2 of them"):
+            cache.advance(np.array(bad))
+    with pytest.raises(ValueError, match="would pass max_seq=16"):
+        cache.advance(np.array([7, 0]))
+    assert cache.seq_lengths().tolist() == [10, 9]
+    for bad in ([1, 2, 3], [-1, 0], [17, 0]):
+        with pytest.raises(ValueError, match=r"stage_counts: counts must be 2 ints in \[0, 16\]"):
+            cache.stage_counts(np.array(bad))
+    np.testing.assert_array_equal(staged.to_numpy(), [1, 3])  # a rejected call changed nothing
+
+
 def test_ops_with_a_shuffled_block_table(rng):
     """gp.ops.kv_append / kv_gather on raw arrays: a block table of shuffled blocks, one sequence past a block."""
     pool_k, pool_v = gp.zeros((9, 2, 4, 64), gp.float32), gp.zeros((9, 2, 4, 64), gp.float32)

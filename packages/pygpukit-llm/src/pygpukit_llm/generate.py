@@ -40,6 +40,12 @@ __all__ = ["DECODE_STATES", "GenerationConfig", "StepTokens", "generate_ids"]
 
 DECODE_STATES = 4  # idle decode states a model keeps for later calls (read when one is given back; 0 keeps none)
 CAPACITY_STEP = 256  # cache capacities are multiples of this, or powers of two below it (see _capacity)
+# Short prompts are right-padded to a power of two of at least PREFILL_MIN tokens while the
+# batch's padded tokens stay within PREFILL_GRAPH_TOKENS, and such prefills replay a CUDA graph
+# captured per padded width (see _Decoder.prefill): a short prefill is host-bound, hundreds of
+# op calls for little device work. Eager prefills pad alike, so both give the same bits.
+PREFILL_MIN = 16
+PREFILL_GRAPH_TOKENS = 512
 
 
 @dataclass(frozen=True)
@@ -117,6 +123,13 @@ def _check_prompts(prompts: Sequence[Sequence[int]], vocab: int) -> list[np.ndar
     return out
 
 
+def _prefill_width(longest: int, batch: int, limit: int) -> int:
+    """The padded width of a batch's prompts (see PREFILL_GRAPH_TOKENS), no more
+    than the model's positions (``limit``)."""
+    width = min(max(PREFILL_MIN, 1 << (longest - 1).bit_length()), limit)
+    return width if batch * width <= PREFILL_GRAPH_TOKENS else longest
+
+
 def _capacity(tokens: int, limit: int) -> int:
     """The cache capacity for ``tokens`` tokens a sequence: rounded up to a
     multiple of CAPACITY_STEP, or to the power of two above when that is less,
@@ -142,6 +155,9 @@ class _DecodeState:
         self.graphable = not model.spec.moe and gp.backend() == "cuda"
         self.graph: Any = None
         self.logits: gp.GPUArray | None = None
+        # padded width -> (captured prefill, its ids and last-row buffers, the logits it writes)
+        self.prefills: dict[int, tuple[Any, gp.GPUArray, gp.GPUArray, gp.GPUArray]] = {}
+        self.prefill_graphable = self.graphable
         self.done: gp.Event | None = None  # recorded behind the work of the last call that used it
 
     def begin(self) -> None:
@@ -202,14 +218,14 @@ class _Decoder:
             raise ConfigError(
                 f"a prompt of {longest} tokens plus {cfg.max_new_tokens} new ones is longer than the model allows ({limit} tokens)"
             )
-        self.padded = np.zeros((self.batch, longest), np.int32)
+        self.padded = np.zeros((self.batch, _prefill_width(longest, self.batch, limit)), np.int32)
         for b, p in enumerate(prompts):
             self.padded[b, : len(p)] = p
         self.generator = gp.random.Generator(cfg.seed)
         self.history = None
         if cfg.penalized:  # prompt and generated ids, -1 where nothing is yet
             self.history = np.full((self.batch, longest + cfg.max_new_tokens), -1, np.int32)
-            self.history[:, :longest] = np.where(np.arange(longest)[None, :] < self.lengths[:, None], self.padded, -1)
+            self.history[:, :longest] = np.where(np.arange(longest)[None, :] < self.lengths[:, None], self.padded[:, :longest], -1)
         self.step = 0
         self.ready, self.side = gp.Event(), gp.Stream()  # generate_ids' pipelined reads
         self.stream = gp.current_stream()  # where this call queues its work
@@ -238,11 +254,38 @@ class _Decoder:
             self.model._decode_states.give(self.state)
 
     def prefill(self) -> gp.GPUArray:
+        """Logits (batch, vocab) of each row's last prompt token, the prompts
+        appended to the cache. A padded width of PREFILL_GRAPH_TOKENS or less
+        replays the state's graph of that width (captured by its first call),
+        its inputs written into the graph's buffers first."""
         b, t = self.padded.shape
-        ragged = bool((self.lengths != t).any())
-        hidden = self.model.hidden_states(gp.asarray(self.padded), None, self.cache, self.lengths if ragged else None, check_ids=False)
-        rows = gp.from_numpy((np.arange(b) * t + self.lengths - 1).astype(np.int64))
-        last = gp.take(hidden.reshape(b * t, -1), rows, axis=0)
+        rows = (np.arange(b) * t + self.lengths - 1).astype(np.int64)
+        st = self.state
+        if not (self.use_graph and st.prefill_graphable and b * t <= PREFILL_GRAPH_TOKENS):
+            ragged = bool((self.lengths != t).any())
+            return self._prefill(gp.asarray(self.padded), self.lengths if ragged else None, gp.from_numpy(rows))
+        entry = st.prefills.get(t)
+        if entry is None:
+            ids, last = gp.from_numpy(self.padded), gp.from_numpy(rows)
+            self.cache.stage_counts(self.lengths)  # (the counts always: one graph serves full and ragged batches)
+            try:
+                with self.cache.capturing(), gp.graph() as graph:
+                    logits = self._prefill(ids, self.lengths, last)
+            except GraphCaptureError:  # an op without a capturable implementation here: later calls run it eagerly
+                st.prefill_graphable = False
+                return self.prefill()
+            entry = st.prefills[t] = (graph, ids, last, logits)
+        else:
+            entry[1][...], entry[2][...] = self.padded, rows
+            self.cache.stage_counts(self.lengths)
+        entry[0].replay()
+        self.cache.advance(self.lengths)
+        return entry[3]
+
+    def _prefill(self, ids: gp.GPUArray, counts: np.ndarray | None, rows: gp.GPUArray) -> gp.GPUArray:
+        b, t = ids.shape
+        hidden = self.model.hidden_states(ids, None, self.cache, counts, check_ids=False)
+        last = gp.take(hidden.reshape(b * t, -1), rows, axis=0, mode="clip")  # (rows made here: in range, no check to wait for)
         return self.model.logits(last)
 
     def decode(self, tokens: gp.GPUArray) -> gp.GPUArray:

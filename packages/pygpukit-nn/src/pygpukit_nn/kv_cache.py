@@ -577,6 +577,10 @@ class _Cache(abc.ABC):
         # device length either way; the cost is blocks that find no keys.
         self.plan_capacity = False
         self._checked: set = set()  # (shape, dtype) of k and v that passed the append checks
+        # a ragged append's counts on the device, in one buffer uploaded only when they change: a prefill's
+        # layers share one copy, and a captured prefill reads the buffer on every replay (stage_counts)
+        self._counts_dev = gp.zeros((self.batch,), gp.int32)
+        self._counts_held: np.ndarray | None = None
         self._k_scale = self._v_scale = None
         self._scaled = np.zeros(layers, bool)  # whether each layer's fp8 scales are set
         if self.fp8:
@@ -685,10 +689,14 @@ class _Cache(abc.ABC):
             self._lengths[...] = saved[0]
             self._host[:], self._top, self.plan_capacity = saved[1], saved[2], saved[3]
 
-    def advance(self, tokens: int = 1) -> None:
+    def advance(self, tokens: Any = 1) -> None:
         """Record on the host that every sequence of every layer gained ``tokens``
-        on the device (a graph replay appended them); checks the capacity."""
-        need = self._host + tokens
+        on the device (a graph replay appended them): one int for all, or one
+        per sequence (a captured ragged prefill's counts); checks the capacity."""
+        t = np.asarray(tokens)
+        if t.dtype.kind not in "iu" or t.shape not in ((), (self.batch,)) or (t < 0).any():
+            raise ValueError(f"{self._owner}.advance: tokens must be an int >= 0 or {self.batch} of them, got {tokens!r}")
+        need = self._host + t.astype(np.int64)
         if int(need.max()) > self.max_seq:
             raise ValueError(f"{self._owner}.advance: a sequence would pass max_seq={self.max_seq}")
         self._host[:] = need
@@ -711,6 +719,22 @@ class _Cache(abc.ABC):
         if c.shape != (self.batch,) or c.dtype.kind not in "iu" or (c.size and (c.min() < 0 or c.max() > t)):
             raise ValueError(f"{self._owner}.append: counts must be {self.batch} ints in [0, {t}], got {counts!r}")
         return c.astype(np.int64)
+
+    def stage_counts(self, counts: Any) -> None:
+        """Put a ragged append's ``counts`` (batch ints >= 0) in the cache's device
+        buffer now, where appends with these counts read them: call it before
+        capturing such appends in a CUDA graph (the capture then copies nothing
+        from the host) and again with each replay's counts before the replay."""
+        c = np.asarray(counts)
+        if c.shape != (self.batch,) or c.dtype.kind not in "iu" or (c.size and (c.min() < 0 or c.max() > self.max_seq)):
+            raise ValueError(f"{self._owner}.stage_counts: counts must be {self.batch} ints in [0, {self.max_seq}], got {counts!r}")
+        self._device_counts(c.astype(np.int64))
+
+    def _device_counts(self, c: np.ndarray) -> gp.GPUArray:
+        if self._counts_held is None or not np.array_equal(c, self._counts_held):
+            self._counts_dev[...] = c.astype(np.int32)
+            self._counts_held = c.copy()
+        return self._counts_dev
 
     def append(self, k: gp.GPUArray, v: gp.GPUArray, layer: int = 0, counts: Any = None) -> None:
         """Append new tokens k, v (batch, T, num_kv_heads, head_dim) to a layer at
@@ -751,7 +775,7 @@ class _Cache(abc.ABC):
         if self.fp8 and not self._scaled[i] and t and (c is None or c.any()):
             self._set_scales(i, k, v, c)
         args = self._args[i]
-        dc = None if c is None else gp.from_numpy(c.astype(np.int32))
+        dc = None if c is None else self._device_counts(c)
         if rotate is None:
             _dispatch.op("kv_append")(k, v, args[0], args[1], args[2], dc, *args[3:])
         else:
