@@ -10,7 +10,8 @@ top-k, top-p, min-p, penalties) runs on the device; the one sync per step
 reads the new token ids back.
 
 What a call decodes with outlives it: the KV cache, the decode step's input
-buffers and its captured CUDA graph (a ``_DecodeState``) go back to the model
+buffers, its captured CUDA graph and the captured prefills of short prompts
+(a ``_DecodeState``) go back to the model
 when the generator ends (done, closed early or collected), and a later call
 of the same batch size, cache kind and capacity takes them again instead of
 allocating and capturing anew. The capacity is the prompt plus
@@ -142,7 +143,8 @@ def _capacity(tokens: int, limit: int) -> int:
 class _DecodeState:
     """What decoding keeps between calls, for one (batch, paged, capacity): the
     cache, the decode step's input buffers, its captured graph and the logits
-    that graph writes. One call uses it at a time."""
+    that graph writes, and the captured prefills of each padded width (their
+    activations stay in the graphs' pools). One call uses it at a time."""
 
     def __init__(self, model: Any, batch: int, paged: bool, capacity: int) -> None:
         self.key = (batch, paged, capacity)
