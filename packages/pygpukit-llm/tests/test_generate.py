@@ -142,3 +142,21 @@ def test_graph_decode_gives_the_eager_tokens_and_allocates_nothing(tmp_path):
         runs[graph] = (np.stack(tokens, 1), allocs)
     assert (runs[True][0] == runs[False][0]).all()
     assert runs[True][1][1:] == [0] * 19  # after the capture, a step allocates nothing
+
+
+@pytest.mark.skipif(gp.backend() != "cuda", reason="CUDA graphs replay on a GPU (the CPU backend decodes eagerly)")
+@pytest.mark.parametrize("fmt", ["int8", "int4", "fp8"])
+def test_quantized_bf16_graphs_give_the_eager_tokens(tmp_path, fmt):
+    """Weight-only quantized bfloat16 (the GEMV kernels, 8 rows at a time in
+    the prefill): the captured prefill and decode steps give the eager tokens,
+    for a short prompt, a ragged batch and a second call replaying them."""
+    path = random_checkpoint(tmp_path / "bf16", "tiny-llama", seed=4, std=0.3)
+    model = pygpukit_llm.load(path, "bfloat16", quantize=fmt, group_size=128)
+    batches = [[[5, 17, 99, 3, 250]], [[5, 17, 99, 3, 250], list(range(30, 60))], [[8, 9, 10]]]
+    for prompts in batches:
+        eager = generate_ids(model, prompts, GenerationConfig(max_new_tokens=16, greedy=True, cuda_graph=False))
+        want = np.stack([s.tokens for s in eager], 1)
+        for _ in range(2):  # the first call captures, the second replays
+            got = np.stack([s.tokens for s in generate_ids(model, prompts, GenerationConfig(max_new_tokens=16, greedy=True))], 1)
+            assert (got == want).all(), (fmt, prompts)
+    assert any(state.prefills for state in model._decode_states._idle)
