@@ -142,7 +142,7 @@ class Graph:
         self._pinned: list[int] = []  # pinned host chunks holding what captured host-to-device copies read
         self._pin_at = self._pin_end = 0  # the free part of the last chunk
 
-    def pin(self, src: np.ndarray) -> np.ndarray:
+    def _pin(self, src: np.ndarray) -> np.ndarray:
         """``src``'s bytes in pinned host memory that lives as long as the graph.
         A host-to-device copy captured from pageable memory would read that
         address again on every replay, long after the array is gone; the

@@ -209,7 +209,7 @@ class CudaOps:
     def from_host(self, dst: Any, src: np.ndarray) -> None:
         graph = _local.capture
         if graph is not None:  # replays read the copy's source again: give it one that lives as long as the graph
-            src = graph.pin(src)
+            src = graph._pin(src)
         self.rt.native.memcpy_htod(dst.data_ptr, src, current_stream_handle())
 
     def to_host(self, out: np.ndarray, src: Any) -> None:
