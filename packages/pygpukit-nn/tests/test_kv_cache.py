@@ -257,9 +257,9 @@ def test_staged_counts_and_advance_per_sequence(rng, paged):
     with pytest.raises(ValueError, match="would pass max_seq=16"):
         cache.advance(np.array([7, 0]))
     assert cache.seq_lengths().tolist() == [10, 9]
-    for bad in ([1, 2, 3], [-1, 0], [17, 0]):
+    for bad in ([1, 2, 3], [-1, 0], [17, 0], [1.0, 2.0], None):
         with pytest.raises(ValueError, match=r"stage_counts: counts must be 2 ints in \[0, 16\]"):
-            cache.stage_counts(np.array(bad))
+            cache.stage_counts(bad)
     np.testing.assert_array_equal(staged.to_numpy(), [1, 3])  # a rejected call changed nothing
 
 

@@ -266,10 +266,10 @@ class _Decoder:
         if not (self.use_graph and st.prefill_graphable and b * t <= PREFILL_GRAPH_TOKENS):
             ragged = bool((self.lengths != t).any())
             return self._prefill(gp.asarray(self.padded), self.lengths if ragged else None, gp.from_numpy(rows))
+        self.cache.stage_counts(self.lengths)  # (the counts always: one graph serves full and ragged batches)
         entry = st.prefills.get(t)
         if entry is None:
             ids, last = gp.from_numpy(self.padded), gp.from_numpy(rows)
-            self.cache.stage_counts(self.lengths)  # (the counts always: one graph serves full and ragged batches)
             try:
                 with self.cache.capturing(), gp.graph() as graph:
                     logits = self._prefill(ids, self.lengths, last)
@@ -279,7 +279,6 @@ class _Decoder:
             entry = st.prefills[t] = (graph, ids, last, logits)
         else:
             entry[1][...], entry[2][...] = self.padded, rows
-            self.cache.stage_counts(self.lengths)
         entry[0].replay()
         self.cache.advance(self.lengths)
         return entry[3]

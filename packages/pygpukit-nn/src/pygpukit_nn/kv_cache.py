@@ -712,12 +712,12 @@ class _Cache(abc.ABC):
 
     # -- writing ------------------------------------------------------------------------
 
-    def _counts(self, counts: Any, t: int) -> np.ndarray | None:
+    def _counts(self, counts: Any, t: int, what: str = "append") -> np.ndarray | None:
         if counts is None:
             return None
         c = np.asarray(counts.to_numpy() if isinstance(counts, gp.GPUArray) else counts)
         if c.shape != (self.batch,) or c.dtype.kind not in "iu" or (c.size and (c.min() < 0 or c.max() > t)):
-            raise ValueError(f"{self._owner}.append: counts must be {self.batch} ints in [0, {t}], got {counts!r}")
+            raise ValueError(f"{self._owner}.{what}: counts must be {self.batch} ints in [0, {t}], got {counts!r}")
         return c.astype(np.int64)
 
     def stage_counts(self, counts: Any) -> None:
@@ -725,10 +725,9 @@ class _Cache(abc.ABC):
         buffer now, where appends with these counts read them: call it before
         capturing such appends in a CUDA graph (the capture then copies nothing
         from the host) and again with each replay's counts before the replay."""
-        c = np.asarray(counts)
-        if c.shape != (self.batch,) or c.dtype.kind not in "iu" or (c.size and (c.min() < 0 or c.max() > self.max_seq)):
-            raise ValueError(f"{self._owner}.stage_counts: counts must be {self.batch} ints in [0, {self.max_seq}], got {counts!r}")
-        self._device_counts(c.astype(np.int64))
+        if counts is None:
+            raise ValueError(f"{self._owner}.stage_counts: counts must be {self.batch} ints in [0, {self.max_seq}], got None")
+        self._device_counts(self._counts(counts, self.max_seq, "stage_counts"))
 
     def _device_counts(self, c: np.ndarray) -> gp.GPUArray:
         if self._counts_held is None or not np.array_equal(c, self._counts_held):

@@ -251,7 +251,6 @@ decode_attn(const T* __restrict__ q, long long qb, long long qt, long long qh, T
     }
   }
 
-
   for (int s = 0; s < steps; ++s) {  // uniform over the block: the shuffles below need every lane
     issue(s + STAGES - 1, next);  // into the stage step s - 1 used (this lane's reads of it are done)
     if constexpr (PAGED) lookup(s + STAGES, next);
