@@ -207,7 +207,26 @@ def test_launch_shape():
     assert decode.launch_shape(64, 8, 32, 1, 8192, 16, 132) == (1, 4, 1)  # a big batch fills the GPU alone
     assert decode.launch_shape(1, 1, 32, 1, 1 << 20, 16, 132) == (8, 4, 33)
     assert decode.launch_shape(1, 1, 1, 1, 1 << 20, 16, 132) == (1, 1, 128)  # at most MAX_SPLITS
-    assert [decode.block_step(d, f) for d, f in ((64, False), (128, False), (256, False), (128, True), (80, True))] == [32, 16, 8, 32, 32]
+    cases = ((64, False), (128, False), (256, False), (128, True), (80, True))
+    assert [decode.knobs(d, f, 512).step for d, f in cases] == [64, 64, 8, 32, 32]
+
+
+def test_launch_shape_on_tensor_cores():
+    """The tensor-core kernel: 16 rows a block, splits of at least two steps, none below four of them."""
+
+    def shape(batch, heads, q_heads, tokens, keys):
+        kn = decode.knobs(128, False, keys)
+        return decode.launch_shape(batch, heads, q_heads, tokens, keys, kn.step, 132, kn.rows_max, kn.min_steps, kn.blocks)
+
+    assert decode.knobs(128, False, 512) == (16, 4, 3, 2, 64, 2)  # short: 4 warps, two blocks an SM
+    assert decode.knobs(64, False, 1024) == (16, 8, 2, 1, 128, 2)  # long: 8 warps, one block an SM
+    assert shape(1, 8, 32, 1, 8192) == (1, 4, 16)  # GQA 32 / 8: one chunk of 4 rows, 8 x 16 blocks of 132 places
+    assert shape(1, 8, 32, 8, 8192) == (2, 16, 8)  # 32 rows: two chunks of 16
+    assert shape(1, 8, 32, 1, 1024) == (1, 4, 4)  # 256 keys a split at least
+    assert shape(1, 2, 14, 1, 256) == (1, 7, 1)  # Qwen2-0.5B to 256 keys: unsplit
+    assert shape(1, 2, 14, 1, 512) == (1, 7, 4)  # 128 keys a split at least
+    cases = ((64, False), (80, False), (128, False), (256, False), (128, True))
+    assert [decode.tensor_cores(d, f) for d, f in cases] == [True, True, True, False, False]
 
 
 def test_kernel_compiles_for_sm80_sm89_and_sm90(need_nvrtc):
@@ -215,10 +234,16 @@ def test_kernel_compiles_for_sm80_sm89_and_sm90(need_nvrtc):
     fp8 = (decode.WARPS, decode._keys_per_step(True), decode.STAGES, decode.BLOCKS_PER_SM)
     cases = [("pgk::bfloat16", "pgk::bfloat16", 128, 4, False, *knobs), ("pgk::half", "pgk::half", 64, 1, True, *knobs),
              ("pgk::bfloat16", "pgk::float8_e4m3", 80, 3, True, *fp8), ("pgk::half", "pgk::float8_e4m3", 256, 4, False, *fp8),
-             ("pgk::bfloat16", "pgk::bfloat16", 96, 2, True, *knobs), ("pgk::bfloat16", "pgk::float8_e4m3", 128, 4, True, *fp8)]  # fmt: skip
-    for case in cases:
+             ("pgk::bfloat16", "pgk::float8_e4m3", 128, 4, True, *fp8)]  # fmt: skip
+    tc = (decode.TC_WARPS, decode.TC_STAGES, decode.TC_BLOCKS_PER_SM)
+    long = (decode.TC_LONG_WARPS, decode.TC_LONG_STAGES, decode.TC_LONG_BLOCKS_PER_SM)
+    kernels = [decode._kernel(*case) for case in cases] + [decode._tc_kernel("pgk::bfloat16", 128, True, *long, 0), decode._tc_kernel("pgk::half", 64, False, *long, 256)] + [
+        decode._tc_kernel(t, d, paged, *tc, pf) for t, d, paged, pf in (("pgk::bfloat16", 128, False, 256), ("pgk::half", 64, True, 0), ("pgk::bfloat16", 80, True, 64),
+                                                                   ("pgk::half", 96, False, 0))
+    ]  # fmt: skip
+    for kern in kernels:
         for sm in (80, 89, 90):
-            assert decode._kernel(*case).compile(sm).image[:4] == b"\x7fELF", (case, sm)
+            assert kern.compile(sm).image[:4] == b"\x7fELF", (kern, sm)
 
 
 @pytest.mark.parametrize("offset", [0, 1])

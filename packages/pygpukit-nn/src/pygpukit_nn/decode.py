@@ -9,9 +9,11 @@ with ``window`` w only to the last w of them (j > position - w); query head
 h uses KV head h // (Hq / Hkv). The softmax is in float32 and the output, in
 q's dtype, is rounded once; a query with no visible key gives zeros.
 
-The CUDA kernel (kernels/decode_attn.cu) reads each K/V byte once for all the
+The CUDA kernels (kernels/decode_attn.cu) read each K/V byte once for all the
 query heads of its KV head, streamed through a ring of cp.async stages in
-shared memory (STAGES - 1 steps in flight), splits long sequences over
+shared memory: bf16 / fp16 caches with head_dim a multiple of 16 up to 128
+on tensor cores (``decode_attn_tc``, 16 query rows a block), fp8 caches and
+head_dim 256 on CUDA cores (``decode_attn``). Both split long sequences over
 blocks (split-K: the splits fill the SMs BLOCKS_PER_SM times in one wave,
 each block's slice cut on the device from the sequence's length) and
 merges the slices' partial softmaxes in float32, in a fixed order: results
@@ -23,7 +25,7 @@ from __future__ import annotations
 import functools
 import math
 import struct
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -63,6 +65,17 @@ MIN_SPLIT_STEPS = 4  # a split reads at least this many block steps of keys
 # Llama-1.1B's 1045 -> 980 us)
 MIN_SPLITS = 4
 MAX_SPLITS = 128  # kDecodeMaxSplits in decode_attn.cu
+# The tensor-core kernel's knobs (decode_attn_tc; the CUDA-core kernel's are above), for
+# caches of up to TC_LONG_KEYS keys (a model's decode steps over short prompts: a block
+# per KV head, unsplit) and longer (split; on an H100, 8 warps a block, one block an SM,
+# read 32k keys at 2.43 TB/s where 4 warps, two blocks an SM, read them at 2.30):
+# (warps a block, each on its own 16-key tiles; 16-key K / V tiles per warp in the ring, one of them in use; blocks an SM)
+TC_WARPS, TC_STAGES, TC_BLOCKS_PER_SM = 4, 3, 2
+TC_LONG_KEYS = 1024
+TC_LONG_WARPS, TC_LONG_STAGES, TC_LONG_BLOCKS_PER_SM = 8, 2, 1
+TC_ROWS = 16  # query rows per block: the mma's M
+TC_MIN_SPLIT_STEPS = 2  # a split reads at least this many block steps (16 keys a warp each)
+TC_PREFETCH = 256  # keys of its slice a contiguous cache's block asks L2 for before it waits for the kernel before it (SM 90)
 _HALF = (np.dtype(gp.bfloat16), np.dtype(gp.float16))
 _FLOATS = (*_HALF, np.dtype(np.float32), np.dtype(np.float64))
 _LOG2E = 1.4426950408889634
@@ -151,11 +164,10 @@ def reference_decode_attention(q: Any, k_cache: Any, v_cache: Any, lengths: Any,
 # -- CUDA kernel ---------------------------------------------------------------------------
 
 
-@functools.cache
-def _kernel(t: str, kt: str, d: int, rows: int, paged: bool, warps: int, keys: int, stages: int, blocks: int) -> Any:
+def _jit(name: str) -> Any:
     return gp.jit(
         _kernels.source("decode_attn"),
-        f"pgk::decode_attn<{t}, {kt}, {d}, {rows}, {'true' if paged else 'false'}, {warps}, {keys}, {stages}, {blocks}>",
+        name,
         signature="const void* q, long long qb, long long qt, long long qh, void* out, const void* kc, const void* vc, const int* lengths, const int* table, "
         "const float* k_scale, const float* v_scale, float* part, int* counters, int Hq, int Hkv, int Tq, int chunks, int splits, "
         "int cap, int block_shift, int table_width, int window, float qk_scale",
@@ -164,34 +176,72 @@ def _kernel(t: str, kt: str, d: int, rows: int, paged: bool, warps: int, keys: i
     )
 
 
+@functools.cache
+def _kernel(t: str, kt: str, d: int, rows: int, paged: bool, warps: int, keys: int, stages: int, blocks: int) -> Any:
+    """The CUDA-core kernel."""
+    return _jit(f"pgk::decode_attn<{t}, {kt}, {d}, {rows}, {'true' if paged else 'false'}, {warps}, {keys}, {stages}, {blocks}>")
+
+
+@functools.cache
+def _tc_kernel(t: str, d: int, paged: bool, warps: int, stages: int, blocks: int, prefetch: int) -> Any:
+    """The tensor-core kernel (a cache of q's dtype)."""
+    return _jit(f"pgk::decode_attn_tc<{t}, {d}, {'true' if paged else 'false'}, {warps}, {stages}, {blocks}, {prefetch}>")
+
+
+def tensor_cores(head_dim: int, fp8: bool) -> bool:
+    """Whether decode runs on the tensor-core kernel: a bf16 / fp16 cache, head_dim a multiple of 16 up to 128."""
+    return not fp8 and head_dim % 16 == 0 and head_dim <= 128
+
+
+class Knobs(NamedTuple):
+    """The launch knobs of the kernel that serves a cache: rows per block at most, warps per block, ring stages,
+    blocks per SM, keys a block reads per step (STEP in decode_attn.cu) and a split's steps at least."""
+
+    rows_max: int
+    warps: int
+    stages: int
+    blocks: int
+    step: int
+    min_steps: int
+
+
+def knobs(head_dim: int, fp8: bool, keys: int) -> Knobs:
+    """The knobs for a cache of ``head_dim`` (fp8 or not) read over ``keys`` keys."""
+    if tensor_cores(head_dim, fp8):
+        long = keys >= TC_LONG_KEYS
+        w, st, b = (TC_LONG_WARPS, TC_LONG_STAGES, TC_LONG_BLOCKS_PER_SM) if long else (TC_WARPS, TC_STAGES, TC_BLOCKS_PER_SM)
+        return Knobs(TC_ROWS, w, st, b, w * 16, TC_MIN_SPLIT_STEPS)
+    lanes = 8 if head_dim // 8 <= 8 else (16 if head_dim // 8 <= 16 else 32)
+    return Knobs(ROWS_MAX, WARPS, STAGES, BLOCKS_PER_SM, WARPS * (32 // lanes) * _keys_per_step(fp8), MIN_SPLIT_STEPS)
+
+
 def _keys_per_step(fp8: bool) -> int:
-    """Keys a lane group reads per step (KPL in decode_attn.cu): STAGE_BYTES of K and V, 16 bytes of a key per lane (8 fp8)."""
+    """Keys a lane group of the CUDA-core kernel reads per step (KPL in decode_attn.cu): STAGE_BYTES of K and V,
+    16 bytes of a key per lane (8 fp8)."""
     return max(1, STAGE_BYTES // (16 if fp8 else 32))
 
 
-def block_step(head_dim: int, fp8: bool) -> int:
-    """Keys a block reads per step (STEP in decode_attn.cu)."""
-    lanes = 8 if head_dim // 8 <= 8 else (16 if head_dim // 8 <= 16 else 32)
-    return WARPS * (32 // lanes) * _keys_per_step(fp8)
-
-
-def _smem(head_dim: int, fp8: bool, rows: int, splits: int) -> int:
+def _smem(head_dim: int, fp8: bool, kn: Knobs, rows: int, splits: int) -> int:
     """Dynamic shared memory bytes: the K / V ring, reused by the warps' and the splits' merges."""
-    ring = STAGES * _keys_per_step(fp8) * 2 * (8 if fp8 else 16) * WARPS * 32
-    return max(ring, 4 * WARPS * rows * (head_dim + 2), 4 * rows * (splits + 1))
+    if tensor_cores(head_dim, fp8):  # per warp [stages][K, V][16 keys][head_dim + 8] (padded rows)
+        ring = kn.warps * kn.stages * 2 * 16 * (head_dim + 8) * 2
+    else:
+        ring = kn.stages * _keys_per_step(fp8) * 2 * (8 if fp8 else 16) * kn.warps * 32
+    return max(ring, 4 * kn.warps * rows * (head_dim + 2), 4 * rows * (splits + 1))
 
 
-def launch_shape(batch: int, heads: int, q_heads: int, tokens: int, keys: int, step: int, sms: int) -> tuple[int, int, int]:
+def launch_shape(batch: int, heads: int, q_heads: int, tokens: int, keys: int, step: int, sms: int, rows_max: int = ROWS_MAX,
+                 min_steps: int = MIN_SPLIT_STEPS, blocks_per_sm: int = BLOCKS_PER_SM) -> tuple[int, int, int]:  # fmt: skip
     """(chunks, rows per block, splits): the G * Tq query rows of a KV head in
-    chunks of at most ROWS_MAX, and as many splits of the ``keys`` (the longest
-    visible range) as fill the SMs BLOCKS_PER_SM times in one wave (a block
-    more would wait for a second one), each at least MIN_SPLIT_STEPS steps
-    long; none where the keys make fewer than MIN_SPLITS such splits."""
+    chunks of at most ``rows_max``, and as many splits of the ``keys`` (the
+    longest visible range) as fill the SMs ``blocks_per_sm`` times in one wave
+    (a block more would wait for a second one), each at least ``min_steps``
+    steps long; none where the keys make fewer than MIN_SPLITS such splits."""
     r = q_heads // heads * tokens
-    chunks = -(-r // ROWS_MAX)
+    chunks = -(-r // rows_max)
     rows = -(-r // chunks)
-    want = BLOCKS_PER_SM * sms // (batch * heads * chunks)
-    most = -(-keys // (MIN_SPLIT_STEPS * step))
+    want = blocks_per_sm * sms // (batch * heads * chunks)
+    most = -(-keys // (min_steps * step))
     return chunks, rows, max(1, min(want, most, MAX_SPLITS)) if most >= MIN_SPLITS else 1
 
 
@@ -209,13 +259,19 @@ def _plan(q: Any, k_cache: Any, v_cache: Any, lengths: Any, block_table: Any, k_
           window: Any, keys: int) -> tuple:  # fmt: skip
     lay, tq, hq, sc, win = _check_decode(q, k_cache, v_cache, lengths, block_table, k_scale, v_scale, max_len, scale, window)
     rt = _runtime.get()
-    chunks, rows, splits = launch_shape(lay.batch, lay.heads, hq, tq, keys, block_step(lay.head_dim, lay.fp8),
-                                        rt.props["multiprocessor_count"])  # fmt: skip
-    kern = _kernel(_CTYPES[q.dtype], _CTYPES[k_cache.dtype], lay.head_dim, rows, lay.paged, WARPS, _keys_per_step(lay.fp8), STAGES,
-                   BLOCKS_PER_SM)  # fmt: skip
+    kn = knobs(lay.head_dim, lay.fp8, keys)
+    chunks, rows, splits = launch_shape(lay.batch, lay.heads, hq, tq, keys, kn.step, rt.props["multiprocessor_count"], kn.rows_max, kn.min_steps,
+                                        kn.blocks)  # fmt: skip
+    if tensor_cores(lay.head_dim, lay.fp8):  # its blocks hold 16 rows (a chunk's padding rows masked)
+        rows = TC_ROWS
+        kern = _tc_kernel(_CTYPES[q.dtype], lay.head_dim, lay.paged, kn.warps, kn.stages, kn.blocks, 0 if lay.paged else TC_PREFETCH)
+    else:
+        kt = _CTYPES[k_cache.dtype]
+        kern = _kernel(_CTYPES[q.dtype], kt, lay.head_dim, rows, lay.paged, kn.warps, _keys_per_step(lay.fp8), kn.stages, kn.blocks)
     fn = kern._function(rt)
-    smem = _smem(lay.head_dim, lay.fp8, rows, splits)
-    rt.native.function_set_max_dynamic_shared_memory(fn, _smem(lay.head_dim, lay.fp8, rows, MAX_SPLITS))  # the same for every plan of fn
+    smem = _smem(lay.head_dim, lay.fp8, kn, rows, splits)
+    # the same for every plan of fn
+    rt.native.function_set_max_dynamic_shared_memory(fn, _smem(lay.head_dim, lay.fp8, kn, rows, MAX_SPLITS))
     part = 0 if splits == 1 else lay.batch * tq * hq * splits * (lay.head_dim + 2)
     ints = (hq, lay.heads, tq, chunks, splits, lay.cap, lay.block_shift, lay.table_width, win)
     return (
@@ -226,7 +282,7 @@ def _plan(q: Any, k_cache: Any, v_cache: Any, lengths: Any, block_table: Any, k_
         splits * chunks,
         lay.heads,
         lay.batch,
-        WARPS * 32,
+        kn.warps * 32,
         smem,
         splits,
         part,

@@ -48,6 +48,7 @@
 // position, and with a window w > 0 only j > position - w.
 #include "pgk/types.cuh"
 #include "pgk/pdl.cuh"
+#include "pgk/mma.cuh"
 
 namespace pgk {
 
@@ -144,6 +145,148 @@ __device__ __forceinline__ void decode_cp_commit() { asm volatile("cp.async.comm
 template <int N>
 __device__ __forceinline__ void decode_cp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
 
+// Where a block's keys are: the visible keys [lo, L) of sequence b
+// (capacity-clamped, so a bad length cannot read out of bounds), this split's
+// slice [k0, k1) of them in whole STEPs, and the element offset of key j's row
+// of KV head h given its page (paged: tab[j >> block_shift]).
+template <int D, bool PAGED>
+struct DecodeSlice {
+  int L, k0, k1;
+  long long head_off, page_elems;
+  const int* tab;
+  int block_shift;
+  __device__ __forceinline__ DecodeSlice(const int* lengths, const int* table, int b, int h, int Hkv, int Tq, int splits, int split,
+                                         int step, int cap, int block_shift_, int table_width, int window)
+      : block_shift(block_shift_) {
+    L = min(lengths[b], PAGED ? table_width << block_shift : cap);
+    const int lo = window > 0 ? max(0, L - Tq - window + 1) : 0;
+    const int n = max(L - lo, 0);
+    const int per = ((n + splits - 1) / splits + step - 1) / step * step;
+    k0 = lo + min(split * per, n);
+    k1 = min(k0 + per, L);
+    head_off = PAGED ? ((long long)h << block_shift) * D : ((long long)b * Hkv + h) * cap * D;
+    page_elems = ((long long)Hkv << block_shift) * D;
+    tab = PAGED ? table + (long long)b * table_width : nullptr;
+  }
+  __device__ __forceinline__ long long row(int j, int page) const {
+    if constexpr (PAGED) return page * page_elems + head_off + (long long)(j & ((1 << block_shift) - 1)) * D;
+    else return head_off + (long long)j * D;
+  }
+};
+
+// The end of both kernels: every warp's (m, l, acc) of the block's ROWS rows
+// are in shared memory ([WARPS][ROWS][D] accumulators, then [WARPS][ROWS] m
+// and l); they merge, and with one split the rows are written, otherwise the
+// block's partials are, and the last block of the (b, h, chunk) merges the
+// splits. vs: the V scale (fp8) times Chunk8's factor.
+template <class T, int D, int ROWS, int WARPS>
+__device__ __forceinline__ void decode_finish(T* __restrict__ out, float* __restrict__ part, int* __restrict__ counters, float vs,
+                                              int Hq, int Hkv, int Tq, int chunks, int splits, int chunk, int split, int h, int b) {
+  constexpr int THREADS = WARPS * 32;
+  const float NEG_INF = decode_neg_inf();
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int G = Hq / Hkv, R = G * Tq;
+  extern __shared__ __align__(16) unsigned char decode_smem[];
+  const float* s_acc = reinterpret_cast<const float*>(decode_smem);
+  const float* s_m = s_acc + WARPS * ROWS * D;
+  const float* s_l = s_m + WARPS * ROWS;
+  const long long rows_total = (long long)gridDim.z * Tq * Hq;
+  float* part_ml = part + rows_total * splits * D;  // (rows_total, splits) pairs (m, l) after the accumulators
+  // Item i: row i / (D / 4), elements 4 * (i % (D / 4)) .. + 3.
+  for (int i = threadIdx.x; i < ROWS * (D / 4); i += THREADS) {
+    const int r = i / (D / 4), d = 4 * (i % (D / 4)), rr = chunk * ROWS + r;
+    if (rr >= R) continue;
+    float mx = NEG_INF;
+#pragma unroll
+    for (int w = 0; w < WARPS; ++w) mx = fmaxf(mx, s_m[w * ROWS + r]);
+    const float base = mx == NEG_INF ? 0.0f : mx;
+    float lsum = 0.0f, o[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+    for (int w = 0; w < WARPS; ++w) {
+      const float c = exp2f(s_m[w * ROWS + r] - base);
+      lsum += s_l[w * ROWS + r] * c;
+      const float4 a = *reinterpret_cast<const float4*>(&s_acc[(w * ROWS + r) * D + d]);
+      o[0] += a.x * c, o[1] += a.y * c, o[2] += a.z * c, o[3] += a.w * c;
+    }
+    const long long row = (long long)(b * Tq + rr / G) * Hq + h * G + rr % G;
+    if (splits == 1) {
+      const float f = lsum > 0.0f ? vs / lsum : 0.0f;
+      Vec<T, 4> y;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) y.v[e] = T(o[e] * f);
+      *reinterpret_cast<Vec<T, 4>*>(out + row * D + d) = y;
+    } else {
+      *reinterpret_cast<float4*>(part + (row * splits + split) * D + d) = make_float4(o[0], o[1], o[2], o[3]);
+      if (d == 0) *reinterpret_cast<float2*>(part_ml + (row * splits + split) * 2) = make_float2(mx, lsum);
+    }
+  }
+  if (splits == 1) return;
+
+  // The last block of this (b, h, chunk) to finish merges the splits.
+  __shared__ int s_last;
+  __threadfence();  // this thread's partials are visible device-wide before the count
+  __syncthreads();
+  int* counter = counters + ((long long)b * Hkv + h) * chunks + chunk;
+  if (threadIdx.x == 0) s_last = atomicAdd(counter, 1) == splits - 1;
+  __syncthreads();
+  if (!s_last) return;
+  __threadfence();
+  // A warp per row weighs the splits, c = exp2(m - max m), and sums l * c: all
+  // its (m, l) loaded at once (__ldcg: from L2, where the other blocks' partials are).
+  float* s_c = reinterpret_cast<float*>(decode_smem);  // [ROWS][splits], then the ROWS sums (s_acc is done)
+  float* s_sum = s_c + ROWS * splits;
+  for (int r = warp; r < ROWS; r += WARPS) {
+    const int rr = chunk * ROWS + r;
+    if (rr >= R) continue;
+    const long long row = (long long)(b * Tq + rr / G) * Hq + h * G + rr % G;
+    const float2* ml = reinterpret_cast<const float2*>(part_ml) + row * splits;
+    float2 p[kDecodeMaxSplits / 32];
+    float mx = NEG_INF;
+#pragma unroll
+    for (int k = 0; k < kDecodeMaxSplits / 32; ++k) {
+      const int sp = lane + 32 * k;
+      p[k] = sp < splits ? __ldcg(ml + sp) : make_float2(NEG_INF, 0.0f);
+      mx = fmaxf(mx, p[k].x);
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+    const float base = mx == NEG_INF ? 0.0f : mx;
+    float lsum = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kDecodeMaxSplits / 32; ++k) {
+      const int sp = lane + 32 * k;
+      if (sp < splits) {
+        const float c = exp2f(p[k].x - base);
+        s_c[r * splits + sp] = c;
+        lsum += p[k].y * c;
+      }
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) lsum += __shfl_xor_sync(0xffffffffu, lsum, off);
+    if (lane == 0) s_sum[r] = lsum;
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < ROWS * (D / 4); i += THREADS) {
+    const int r = i / (D / 4), d = 4 * (i % (D / 4)), rr = chunk * ROWS + r;
+    if (rr >= R) continue;
+    const long long row = (long long)(b * Tq + rr / G) * Hq + h * G + rr % G;
+    const float4* pa = reinterpret_cast<const float4*>(part + row * splits * D + d);
+    const float* c = s_c + r * splits;
+    float o[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll 16
+    for (int sp = 0; sp < splits; ++sp) {  // in split order: deterministic
+      const float4 a = __ldcg(pa + (long long)sp * (D / 4));
+      o[0] += a.x * c[sp], o[1] += a.y * c[sp], o[2] += a.z * c[sp], o[3] += a.w * c[sp];
+    }
+    const float f = s_sum[r] > 0.0f ? vs / s_sum[r] : 0.0f;
+    Vec<T, 4> y;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) y.v[e] = T(o[e] * f);
+    *reinterpret_cast<Vec<T, 4>*>(out + row * D + d) = y;
+  }
+  if (threadIdx.x == 0) *counter = 0;  // ready for the next launch on this stream
+}
+
 // WARPS warps; KPL keys per group per step; STAGES steps of K / V in flight
 // (or landed) in a shared-memory ring; MINB blocks per SM (the launch bounds).
 // q (B, Tq, Hq, D): element strides qb, qt, qh (D contiguous), so that a view
@@ -174,21 +317,10 @@ decode_attn(const T* __restrict__ q, long long qb, long long qt, long long qh, T
   const int h = blockIdx.y, b = blockIdx.z;
   const int G = Hq / Hkv, R = G * Tq;
 
-  // The visible keys [lo, L) (capacity-clamped, so a bad length cannot read out of bounds) and this split's slice.
-  const int L = min(lengths[b], PAGED ? table_width << block_shift : cap);
-  const int lo = window > 0 ? max(0, L - Tq - window + 1) : 0;
-  const int n = max(L - lo, 0);
-  const int per = ((n + splits - 1) / splits + STEP - 1) / STEP * STEP;
-  const int k0 = lo + min(split * per, n), k1 = min(k0 + per, L);
-
-  // Element offset of key j's row for this (b, h), given its page.
-  const long long head_off = PAGED ? ((long long)h << block_shift) * D : ((long long)b * Hkv + h) * cap * D;
-  const long long page_elems = ((long long)Hkv << block_shift) * D;
-  const int* tab = PAGED ? table + (long long)b * table_width : nullptr;
-  auto row_of = [&](int j, int page) -> long long {
-    if constexpr (PAGED) return page * page_elems + head_off + (long long)(j & ((1 << block_shift) - 1)) * D;
-    else return head_off + (long long)j * D;
-  };
+  const DecodeSlice<D, PAGED> sl(lengths, table, b, h, Hkv, Tq, splits, split, STEP, cap, block_shift, table_width, window);
+  const int L = sl.L, k0 = sl.k0, k1 = sl.k1;
+  const int* tab = sl.tab;
+  auto row_of = [&](int j, int page) { return sl.row(j, page); };
 
   float m[ROWS], l[ROWS], acc[ROWS][8];
 #pragma unroll
@@ -328,7 +460,7 @@ decode_attn(const T* __restrict__ q, long long qb, long long qt, long long qh, T
       m[r] = mx;
     }
 
-  // ... and the warps through shared memory, once every warp is done with the ring.
+  // ... and the warps through shared memory (the ring's, once every warp is done with it).
   float* s_acc = reinterpret_cast<float*>(decode_smem);  // [WARPS][ROWS][D]
   float* s_m = s_acc + WARPS * ROWS * D;                 // [WARPS][ROWS]
   float* s_l = s_m + WARPS * ROWS;
@@ -346,103 +478,215 @@ decode_attn(const T* __restrict__ q, long long qb, long long qt, long long qh, T
     }
   }
   __syncthreads();
+  decode_finish<T, D, ROWS, WARPS>(out, part, counters, (v_scale != nullptr ? v_scale[h] : 1.0f) * C::kFactor, Hq, Hkv, Tq,
+                                   chunks, splits, chunk, split, h, b);
+}
 
-  const float vs = (v_scale != nullptr ? v_scale[h] : 1.0f) * C::kFactor;
-  const long long rows_total = (long long)gridDim.z * Tq * Hq;
-  float* part_ml = part + rows_total * splits * D;  // (rows_total, splits) pairs (m, l) after the accumulators
-  // Item i: row i / (D / 4), elements 4 * (i % (D / 4)) .. + 3.
-  for (int i = threadIdx.x; i < ROWS * (D / 4); i += THREADS) {
-    const int r = i / (D / 4), d = 4 * (i % (D / 4)), rr = chunk * ROWS + r;
-    if (rr >= R) continue;
-    float mx = NEG_INF;
-#pragma unroll
-    for (int w = 0; w < WARPS; ++w) mx = fmaxf(mx, s_m[w * ROWS + r]);
-    const float base = mx == NEG_INF ? 0.0f : mx;
-    float lsum = 0.0f, o[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-    for (int w = 0; w < WARPS; ++w) {
-      const float c = exp2f(s_m[w * ROWS + r] - base);
-      lsum += s_l[w * ROWS + r] * c;
-      const float4 a = *reinterpret_cast<const float4*>(&s_acc[(w * ROWS + r) * D + d]);
-      o[0] += a.x * c, o[1] += a.y * c, o[2] += a.z * c, o[3] += a.w * c;
-    }
-    const long long row = (long long)(b * Tq + rr / G) * Hq + h * G + rr % G;
-    if (splits == 1) {
-      const float f = lsum > 0.0f ? vs / lsum : 0.0f;
-      Vec<T, 4> y;
-#pragma unroll
-      for (int e = 0; e < 4; ++e) y.v[e] = T(o[e] * f);
-      *reinterpret_cast<Vec<T, 4>*>(out + row * D + d) = y;
-    } else {
-      *reinterpret_cast<float4*>(part + (row * splits + split) * D + d) = make_float4(o[0], o[1], o[2], o[3]);
-      if (d == 0) *reinterpret_cast<float2*>(part_ml + (row * splits + split) * 2) = make_float2(mx, lsum);
-    }
-  }
-  if (splits == 1) return;
-
-  // The last block of this (b, h, chunk) to finish merges the splits.
-  __shared__ int s_last;
-  __threadfence();  // this thread's partials are visible device-wide before the count
-  __syncthreads();
-  int* counter = counters + ((long long)b * Hkv + h) * chunks + chunk;
-  if (threadIdx.x == 0) s_last = atomicAdd(counter, 1) == splits - 1;
-  __syncthreads();
-  if (!s_last) return;
-  __threadfence();
-  // A warp per row weighs the splits, c = exp2(m - max m), and sums l * c: all
-  // its (m, l) loaded at once (__ldcg: from L2, where the other blocks' partials are).
-  float* s_c = reinterpret_cast<float*>(decode_smem);  // [ROWS][splits], then the ROWS sums (s_acc is done)
-  float* s_sum = s_c + ROWS * splits;
-  for (int r = warp; r < ROWS; r += WARPS) {
-    const int rr = chunk * ROWS + r;
-    if (rr >= R) continue;
-    const long long row = (long long)(b * Tq + rr / G) * Hq + h * G + rr % G;
-    const float2* ml = reinterpret_cast<const float2*>(part_ml) + row * splits;
-    float2 p[kDecodeMaxSplits / 32];
-    float mx = NEG_INF;
-#pragma unroll
-    for (int k = 0; k < kDecodeMaxSplits / 32; ++k) {
-      const int sp = lane + 32 * k;
-      p[k] = sp < splits ? __ldcg(ml + sp) : make_float2(NEG_INF, 0.0f);
-      mx = fmaxf(mx, p[k].x);
-    }
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
-    const float base = mx == NEG_INF ? 0.0f : mx;
-    float lsum = 0.0f;
-#pragma unroll
-    for (int k = 0; k < kDecodeMaxSplits / 32; ++k) {
-      const int sp = lane + 32 * k;
-      if (sp < splits) {
-        const float c = exp2f(p[k].x - base);
-        s_c[r * splits + sp] = c;
-        lsum += p[k].y * c;
+// The tensor-core kernel (bf16 / fp16 caches, D a multiple of 16 up to 128):
+// the same grid, slices, merge and results as decode_attn, with the scores
+// and the weighted values on mma.sync m16n8k16 (FP32 accumulation): a block
+// owns 16 rows (the padding rows of a chunk are masked out), so a key costs a
+// few warp instructions where decode_attn's CUDA-core dot products and
+// shuffles cost 70-80, which kept it from the copy rate.
+//
+// Warp w takes the 16-key tiles w, w + WARPS, ... of the block's slice; a
+// tile's K and V (16 rows of D, padded to D + 8 elements so that ldmatrix is
+// free of bank conflicts, as in flash_attn.cu) are copied with cp.async into
+// the warp's ring of STAGES tiles, STAGES - 1 ahead. Fragment layouts as in
+// flash_attn.cu's header: Q (rows x D) is the A operand, kept in registers
+// (unscaled, as stored); S = Q K^T takes K by ldmatrix, P (rounded to T, as
+// the prefill kernel rounds it) is the A operand of P V straight from S's
+// accumulators, V comes by ldmatrix.trans. A row's scores live in the 4 lanes
+// of a quad: its max and sum reduce with two xor shuffles. The warps' (m, l,
+// O) go to decode_finish.
+//
+// PREFETCH keys (contiguous caches, SM 90; 0: none): before waiting for the
+// kernel before it (a dependent launch starts early, while that kernel's
+// last blocks finish), the block asks L2 for the first PREFETCH keys' K and V
+// rows of its slice (one bulk prefetch each), sliced from the length as it
+// reads then: a hint only, since the kernel before may still be appending (L2
+// is where writes land, so a prefetched line is never stale; the loads after
+// the wait use the real length). Those bytes then come from L2 instead of
+// DRAM. Bounded, because whole slices of a long context (a 32k-key cache's
+// 2 x 128 KB a block) outgrow L2 and evict what the kernel before is reading.
+template <class T, int D, bool PAGED, int WARPS, int STAGES, int MINB, int PREFETCH>
+__global__ void __launch_bounds__(WARPS * 32, MINB)
+decode_attn_tc(const T* __restrict__ q, long long qb, long long qt, long long qh, T* __restrict__ out, const T* __restrict__ kc,
+               const T* __restrict__ vc, const int* __restrict__ lengths, const int* __restrict__ table, const float* __restrict__ k_scale,
+               const float* __restrict__ v_scale, float* __restrict__ part, int* __restrict__ counters, int Hq, int Hkv, int Tq, int chunks,
+               int splits, int cap, int block_shift, int table_width, int window, float qk_scale) {
+  static_assert(D % 16 == 0 && D <= 128, "head_dim: a multiple of 16 up to 128");
+  constexpr int ROWS = 16, KT = 16, STEP = WARPS * KT;  // rows a block, keys a tile, keys a block step
+#if __CUDA_ARCH__ >= 900
+  if constexpr (PREFETCH > 0 && !PAGED) {
+    if (threadIdx.x == 0 || threadIdx.x == 32) {
+      const int hint = *reinterpret_cast<const volatile int*>(lengths + blockIdx.z);  // maybe before its append
+      const DecodeSlice<D, false> sl(&hint, table, 0, blockIdx.y, Hkv, Tq, splits, blockIdx.x / chunks, STEP, cap, block_shift,
+                                     table_width, window);
+      if (sl.k1 > sl.k0) {
+        const T* src = (threadIdx.x == 0 ? kc : vc) + ((long long)blockIdx.z * Hkv * cap * D) + sl.row(sl.k0, 0);
+        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src), "r"(min(sl.k1 - sl.k0, PREFETCH) * D * 2) : "memory");
       }
     }
+  }
+#endif
+  wait_prior_grids();  // a dependent launch (pgk/pdl.cuh)
+  allow_next_grids();
+  constexpr int SROW = D + 8, TILE = KT * SROW;         // elements of a padded row, of a K (or V) tile
+  constexpr int KD = D / 16, ND = D / 8, CH = KT * ND / 32;  // k16 slices, n8 output tiles, chunks a lane copies per operand
+  const float NEG_INF = decode_neg_inf();
+  extern __shared__ __align__(16) unsigned char decode_smem[];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t4 = lane & 3;
+  T* const ring = reinterpret_cast<T*>(decode_smem) + warp * (STAGES * 2 * TILE);  // this warp's [STAGES][K, V][TILE]
+  const int chunk = blockIdx.x % chunks, split = blockIdx.x / chunks;
+  const int h = blockIdx.y, b = blockIdx.z;
+  const int G = Hq / Hkv, R = G * Tq;
+  const DecodeSlice<D, PAGED> sl(lengths, table, b, h, Hkv, Tq, splits, split, STEP, cap, block_shift, table_width, window);
+  const int tiles = (max(sl.k1 - sl.k0, 0) + KT - 1) / KT;
+  const int mine = tiles > warp ? (tiles - warp + WARPS - 1) / WARPS : 0;  // this warp's tiles
+
+  // Lane chunk c = i * 32 + lane of a tile (i < CH): key c / ND, columns 8 (c % ND) ..
+  // Its page (paged caches) is looked up one tile before the tile is requested.
+  auto key_of = [&](int s, int i) { return sl.k0 + (s * WARPS + warp) * KT + (i * 32 + lane) / ND; };
+  auto lookup = [&](int s, int (&page)[CH]) {
 #pragma unroll
-    for (int off = 16; off > 0; off >>= 1) lsum += __shfl_xor_sync(0xffffffffu, lsum, off);
-    if (lane == 0) s_sum[r] = lsum;
+    for (int i = 0; i < CH; ++i) {
+      const int j = key_of(s, i);
+      page[i] = PAGED && s < mine && j < sl.k1 ? sl.tab[j >> sl.block_shift] : 0;
+    }
+  };
+  auto issue = [&](int s, const int (&page)[CH]) {  // a commit group per tile (empty past the end: the wait counts tiles)
+    if (s < mine) {
+      const unsigned st = smem_addr(ring + (s % STAGES) * 2 * TILE);
+#pragma unroll
+      for (int i = 0; i < CH; ++i) {
+        const int c = i * 32 + lane, j = key_of(s, i);
+        const bool ok = j < sl.k1;  // otherwise zeros: a masked score and a zero value
+        const long long a = ok ? sl.row(j, page[i]) + (c % ND) * 8 : 0;
+        const unsigned d = st + ((c / ND) * SROW + (c % ND) * 8) * 2;
+        cp_async16(d, kc + a, ok);
+        cp_async16(d + TILE * 2, vc + a, ok);
+      }
+    }
+    cp_async_commit();
+  };
+  int pages[STAGES][CH] = {};
+  if constexpr (PAGED)
+#pragma unroll
+    for (int s = 0; s < STAGES; ++s) lookup(s, pages[s]);
+#pragma unroll
+  for (int s = 0; s < STAGES - 1; ++s) issue(s, pages[s]);
+  int (&next)[CH] = pages[STAGES - 1];
+
+  // Q's A fragments (rows g, g + 8 of the chunk; zeros for padding rows),
+  // loaded after the ring's first tiles are requested; the rows' positions.
+  unsigned qa[KD][4];
+  int pos[2];
+#pragma unroll
+  for (int hf = 0; hf < 2; ++hf) {
+    const int rr = chunk * ROWS + g + 8 * hf, tok = rr / G;
+    pos[hf] = rr < R ? sl.L - Tq + tok : -1;  // -1: no key is visible
+    const T* qr = q + b * qb + tok * qt + (h * G + rr % G) * qh + 2 * t4;
+#pragma unroll
+    for (int kk = 0; kk < KD; ++kk) {
+      qa[kk][hf] = rr < R ? *reinterpret_cast<const unsigned*>(qr + kk * 16) : 0u;
+      qa[kk][2 + hf] = rr < R ? *reinterpret_cast<const unsigned*>(qr + kk * 16 + 8) : 0u;
+    }
+  }
+  const float ks = qk_scale;  // softmax scale * log2(e)
+
+  float m[2] = {NEG_INF, NEG_INF}, l[2] = {0.0f, 0.0f}, o[ND][4];
+#pragma unroll
+  for (int nd = 0; nd < ND; ++nd)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) o[nd][e] = 0.0f;
+  // ldmatrix row addresses of this lane in a K tile and a V tile (flash_attn.cu's header)
+  const unsigned k_lane = (((lane & 7) + 8 * (lane >> 4)) * SROW + 8 * ((lane >> 3) & 1)) * 2;
+  const unsigned v_lane = (((lane & 7) + 8 * ((lane >> 3) & 1)) * SROW + 8 * (lane >> 4)) * 2;
+
+  for (int s = 0; s < mine; ++s) {
+    __syncwarp();  // every lane's ldmatrix of the stage refilled below (tile s - 1's) is done
+    issue(s + STAGES - 1, next);
+    if constexpr (PAGED) lookup(s + STAGES, next);
+    cp_async_wait<STAGES - 1>();  // this lane's copies of tile s have landed ...
+    __syncwarp();                 // ... and every lane's
+    const unsigned st = smem_addr(ring + (s % STAGES) * 2 * TILE);
+    const int kb = sl.k0 + (s * WARPS + warp) * KT;
+
+    float sc[2][4] = {};  // S of keys kb + 8 nt + (2 t4, 2 t4 + 1), rows g (0, 1) and g + 8 (2, 3)
+#pragma unroll
+    for (int kk = 0; kk < KD; ++kk) {
+      unsigned kf[4];
+      ldmatrix_x4(kf, st + k_lane + kk * 32);
+      mma16816<T>(sc[0], qa[kk], kf[0], kf[1]);
+      mma16816<T>(sc[1], qa[kk], kf[2], kf[3]);
+    }
+    // Masks and the online softmax of rows g (hf 0) and g + 8 (hf 1); sc becomes P.
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      float mx = m[hf];
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int j = kb + 8 * nt + 2 * t4 + e;
+          float& x = sc[nt][2 * hf + e];
+          x = j < sl.k1 && j <= pos[hf] && (window <= 0 || j > pos[hf] - window) ? x * ks : NEG_INF;
+          mx = fmaxf(mx, x);
+        }
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float base = mx == NEG_INF ? 0.0f : mx;  // no visible key yet: every weight is exp2(-inf) = 0
+      const float alpha = exp2_approx(m[hf] - base);
+      m[hf] = mx;
+      l[hf] *= alpha;
+#pragma unroll
+      for (int nd = 0; nd < ND; ++nd) o[nd][2 * hf] *= alpha, o[nd][2 * hf + 1] *= alpha;
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          float& x = sc[nt][2 * hf + e];
+          x = exp2_approx(x - base);
+          l[hf] += x;
+        }
+    }
+    const unsigned pa[4] = {pack2<T>(sc[0][0], sc[0][1]), pack2<T>(sc[0][2], sc[0][3]), pack2<T>(sc[1][0], sc[1][1]),
+                            pack2<T>(sc[1][2], sc[1][3])};
+#pragma unroll
+    for (int dp = 0; dp < KD; ++dp) {
+      unsigned vf[4];
+      ldmatrix_x4_trans(vf, st + TILE * 2 + v_lane + dp * 32);
+      mma16816<T>(o[2 * dp], pa, vf[0], vf[1]);
+      mma16816<T>(o[2 * dp + 1], pa, vf[2], vf[3]);
+    }
+  }
+  cp_async_wait<0>();
+
+  // The quad's partial row sums, then this warp's rows into shared memory for decode_finish
+  // (over the ring, once every warp is done with it).
+#pragma unroll
+  for (int hf = 0; hf < 2; ++hf) {
+    l[hf] += __shfl_xor_sync(0xffffffffu, l[hf], 1);
+    l[hf] += __shfl_xor_sync(0xffffffffu, l[hf], 2);
+  }
+  float* s_acc = reinterpret_cast<float*>(decode_smem);  // [WARPS][ROWS][D]
+  float* s_m = s_acc + WARPS * ROWS * D;                 // [WARPS][ROWS]
+  float* s_l = s_m + WARPS * ROWS;
+  __syncthreads();
+#pragma unroll
+  for (int hf = 0; hf < 2; ++hf) {
+    const int r = g + 8 * hf;
+    if (t4 == 0) {
+      s_m[warp * ROWS + r] = m[hf];
+      s_l[warp * ROWS + r] = l[hf];
+    }
+#pragma unroll
+    for (int nd = 0; nd < ND; ++nd)
+      *reinterpret_cast<float2*>(&s_acc[(warp * ROWS + r) * D + nd * 8 + 2 * t4]) = make_float2(o[nd][2 * hf], o[nd][2 * hf + 1]);
   }
   __syncthreads();
-  for (int i = threadIdx.x; i < ROWS * (D / 4); i += THREADS) {
-    const int r = i / (D / 4), d = 4 * (i % (D / 4)), rr = chunk * ROWS + r;
-    if (rr >= R) continue;
-    const long long row = (long long)(b * Tq + rr / G) * Hq + h * G + rr % G;
-    const float4* pa = reinterpret_cast<const float4*>(part + row * splits * D + d);
-    const float* c = s_c + r * splits;
-    float o[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll 16
-    for (int sp = 0; sp < splits; ++sp) {  // in split order: deterministic
-      const float4 a = __ldcg(pa + (long long)sp * (D / 4));
-      o[0] += a.x * c[sp], o[1] += a.y * c[sp], o[2] += a.z * c[sp], o[3] += a.w * c[sp];
-    }
-    const float f = s_sum[r] > 0.0f ? vs / s_sum[r] : 0.0f;
-    Vec<T, 4> y;
-#pragma unroll
-    for (int e = 0; e < 4; ++e) y.v[e] = T(o[e] * f);
-    *reinterpret_cast<Vec<T, 4>*>(out + row * D + d) = y;
-  }
-  if (threadIdx.x == 0) *counter = 0;  // ready for the next launch on this stream
+  decode_finish<T, D, ROWS, WARPS>(out, part, counters, 1.0f, Hq, Hkv, Tq, chunks, splits, chunk, split, h, b);
 }
 
 }  // namespace pgk

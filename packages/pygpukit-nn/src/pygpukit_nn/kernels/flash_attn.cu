@@ -75,22 +75,6 @@
 namespace pgk {
 namespace attn {
 
-// Two floats rounded to T and packed: lo in bits 0-15, hi in bits 16-31
-// (cvt's first source goes to the upper half).
-template <class T>
-__device__ __forceinline__ unsigned pack2(float lo, float hi) {
-  unsigned r;
-  if constexpr (is_same<T, bfloat16>::value) asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
-  else asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
-  return r;
-}
-
-__device__ __forceinline__ float exp2_approx(float x) {  // exp2(-inf) = +0
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-}
-
 __device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); }
 
 // Elements per row of a shared tile (see the header).

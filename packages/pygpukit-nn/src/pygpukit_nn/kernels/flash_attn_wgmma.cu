@@ -147,20 +147,6 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const unsigned (&a)[
 #undef PGK_WGMMA_RS_M64N64K16
 #undef PGK_WGMMA_RS_M64N128K16
 
-template <class T>
-__device__ __forceinline__ unsigned wg_pack2(float lo, float hi) {  // lo in bits 0-15 (cvt's first source is the upper half)
-  unsigned r;
-  if constexpr (is_same<T, bfloat16>::value) asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
-  else asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
-  return r;
-}
-
-__device__ __forceinline__ float wg_exp2(float x) {  // exp2(-inf) = +0
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-}
-
 __device__ __forceinline__ float wg_neg_inf() { return __int_as_float(0xff800000); }
 
 // Rows [0, ROWS) of the swizzled (ROWS, D) tile at shared address s <- rows
@@ -281,14 +267,14 @@ flash_fwd_wgmma(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
         const float msc = mx == wg_neg_inf() ? 0.0f : mx * scale_log2;  // nothing visible yet: p = 0
         const bool moved = mx != mrow[hh];
-        const float alpha = moved ? wg_exp2(mrow[hh] * scale_log2 - msc) : 1.0f;
+        const float alpha = moved ? exp2_approx(mrow[hh] * scale_log2 - msc) : 1.0f;
         mrow[hh] = mx;
         float sum = 0.0f;
 #pragma unroll
         for (int j = 0; j < BN / 8; ++j)
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
-            const float p = wg_exp2(s[4 * j + 2 * hh + e] * scale_log2 - msc);
+            const float p = exp2_approx(s[4 * j + 2 * hh + e] * scale_log2 - msc);
             s[4 * j + 2 * hh + e] = p;
             sum += p;
           }
@@ -305,7 +291,7 @@ flash_fwd_wgmma(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
 #pragma unroll
       for (int kk = 0; kk < BN / 16; ++kk)
 #pragma unroll
-        for (int i = 0; i < 4; ++i) pa[kk][i] = wg_pack2<T>(s[8 * kk + 2 * i], s[8 * kk + 2 * i + 1]);
+        for (int i = 0; i < 4; ++i) pa[kk][i] = pack2<T>(s[8 * kk + 2 * i], s[8 * kk + 2 * i + 1]);
       wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < BN / 16; ++kk) wgmma_rs<D, T>(o, pa[kk], sw128_desc(smem + kV + buf + kk * 2048, kPanelKV, 1024));
@@ -454,14 +440,14 @@ __device__ __forceinline__ void ws_softmax(float (&s)[BN / 2], float (&mrow)[2],
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
     const float msc = mx == wg_neg_inf() ? 0.0f : mx * scale_log2;
-    alpha[hh] = mx != mrow[hh] ? wg_exp2(mrow[hh] * scale_log2 - msc) : 1.0f;
+    alpha[hh] = mx != mrow[hh] ? exp2_approx(mrow[hh] * scale_log2 - msc) : 1.0f;
     mrow[hh] = mx;
     float sum = 0.0f;
 #pragma unroll
     for (int j = 0; j < BN / 8; ++j)
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
-        const float p = wg_exp2(s[4 * j + 2 * hh + e] * scale_log2 - msc);
+        const float p = exp2_approx(s[4 * j + 2 * hh + e] * scale_log2 - msc);
         s[4 * j + 2 * hh + e] = p;
         sum += p;
       }
@@ -588,7 +574,7 @@ flash_fwd_ws(const T* __restrict__ Q, const T* __restrict__ K, const T* __restri
 #pragma unroll
       for (int kk = 0; kk < BN / 16; ++kk)
 #pragma unroll
-        for (int i = 0; i < 4; ++i) pa[kk][i] = wg_pack2<T>(s[8 * kk + 2 * i], s[8 * kk + 2 * i + 1]);
+        for (int i = 0; i < 4; ++i) pa[kk][i] = pack2<T>(s[8 * kk + 2 * i], s[8 * kk + 2 * i + 1]);
     };
     auto wait_full = [&](int i) {
       mbar_wait(smem + kFull + 8 * (i % STAGES), (i / STAGES) & 1);

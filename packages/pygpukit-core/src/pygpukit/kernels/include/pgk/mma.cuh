@@ -1,6 +1,7 @@
 // Warp-level tensor-core and async-copy primitives (SM 80+) shared by the
 // plugins' kernels: shared-memory addresses, 16-byte cp.async, ldmatrix, and
-// mma.sync m16n8k16 (bf16 / f16) or m16n8k32 (e4m3, SM 89+), FP32 accumulation.
+// mma.sync m16n8k16 (bf16 / f16) or m16n8k32 (e4m3, SM 89+), FP32 accumulation,
+// and the softmax helpers of the attention kernels (pack2, exp2_approx).
 #pragma once
 #include "pgk/types.cuh"
 
@@ -46,6 +47,22 @@ __device__ __forceinline__ void mma16816(float (&d)[4], const unsigned (&a)[4], 
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
   }
+}
+
+// Two floats rounded to T (bfloat16 or half) and packed: lo in bits 0-15, hi
+// in bits 16-31 (cvt's first source goes to the upper half); P's A fragment.
+template <class T>
+__device__ __forceinline__ unsigned pack2(float lo, float hi) {
+  unsigned r;
+  if constexpr (is_same<T, bfloat16>::value) asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+  else asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
+__device__ __forceinline__ float exp2_approx(float x) {  // exp2(-inf) = +0
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
 }
 
 }  // namespace pgk

@@ -2,7 +2,9 @@
 // gp.jit(..., dependent_launch=True) is launched so that its blocks may start
 // while the previous kernel on the stream is still running. Before
 // wait_prior_grids() returns it may only read what no earlier work writes
-// (weights, constants) and must write nothing: every thread calls it, before
+// (weights, constants), or what earlier work may be writing as a hint
+// (a volatile read that only picks what to prefetch into L2, where writes
+// land), and must write nothing: every thread calls it, before
 // any early return, so that the grid's end implies its predecessor's (the
 // next dependent kernel waits for this one only). allow_next_grids() lets the
 // next dependent kernel be scheduled now, for its own prologue; it changes
