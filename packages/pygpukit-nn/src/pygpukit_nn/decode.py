@@ -14,7 +14,7 @@ query heads of its KV head, streamed through a ring of cp.async stages in
 shared memory: bf16 / fp16 caches with head_dim a multiple of 16 up to 128
 on tensor cores (``decode_attn_tc``, 16 query rows a block), fp8 caches and
 head_dim 256 on CUDA cores (``decode_attn``). Both split long sequences over
-blocks (split-K: the splits fill the SMs BLOCKS_PER_SM times in one wave,
+blocks (split-K: the splits fill the SMs' block slots in one wave,
 each block's slice cut on the device from the sequence's length) and
 merges the slices' partial softmaxes in float32, in a fixed order: results
 do not depend on timing. Its launch is planned once per call signature.
@@ -66,10 +66,11 @@ MIN_SPLIT_STEPS = 4  # a split reads at least this many block steps of keys
 MIN_SPLITS = 4
 MAX_SPLITS = 128  # kDecodeMaxSplits in decode_attn.cu
 # The tensor-core kernel's knobs (decode_attn_tc; the CUDA-core kernel's are above), for
-# caches of up to TC_LONG_KEYS keys (a model's decode steps over short prompts: a block
-# per KV head, unsplit) and longer (split; on an H100, 8 warps a block, one block an SM,
-# read 32k keys at 2.43 TB/s where 4 warps, two blocks an SM, read them at 2.30):
-# (warps a block, each on its own 16-key tiles; 16-key K / V tiles per warp in the ring, one of them in use; blocks an SM)
+# reads of fewer than TC_LONG_KEYS keys (a model's decode steps over short prompts, up to
+# 256 keys unsplit) and of more (split; on an H100, 8 warps a block, one block an SM, read
+# 32k keys at 2.43 TB/s where 4 warps, two blocks an SM, read them at 2.30). Each: warps a
+# block (each on its own 16-key tiles), 16-key K / V tiles per warp in the ring (one of
+# them in use), blocks an SM.
 TC_WARPS, TC_STAGES, TC_BLOCKS_PER_SM = 4, 3, 2
 TC_LONG_KEYS = 1024
 TC_LONG_WARPS, TC_LONG_STAGES, TC_LONG_BLOCKS_PER_SM = 8, 2, 1
