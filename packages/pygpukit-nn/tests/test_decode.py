@@ -218,13 +218,14 @@ def test_launch_shape_on_tensor_cores():
         kn = decode.knobs(128, False, keys)
         return decode.launch_shape(batch, heads, q_heads, tokens, keys, kn.step, 132, kn.rows_max, kn.min_steps, kn.blocks)
 
-    assert decode.knobs(128, False, 512) == (16, 4, 3, 2, 64, 2)  # short: 4 warps, two blocks an SM
-    assert decode.knobs(64, False, 1024) == (16, 8, 2, 1, 128, 2)  # long: 8 warps, one block an SM
+    assert decode.knobs(128, False, 512) == (16, 4, 3, 2, 64, 2)  # short: 4 warps, two blocks an SM, splits of two steps
+    assert decode.knobs(128, False, 2048) == (16, 4, 3, 2, 64, 1)  # middle: splits of one step
+    assert decode.knobs(64, False, 4096) == (16, 8, 2, 1, 128, 2)  # long: 8 warps, one block an SM
     assert shape(1, 8, 32, 1, 8192) == (1, 4, 16)  # GQA 32 / 8: one chunk of 4 rows, 8 x 16 blocks of 132 places
     assert shape(1, 8, 32, 8, 8192) == (2, 16, 8)  # 32 rows: two chunks of 16
-    assert shape(1, 8, 32, 1, 1024) == (1, 4, 4)  # 256 keys a split at least
-    assert shape(1, 2, 14, 1, 256) == (1, 7, 1)  # Qwen2-0.5B to 256 keys: unsplit
-    assert shape(1, 2, 14, 1, 512) == (1, 7, 4)  # 128 keys a split at least
+    assert shape(1, 8, 32, 1, 1024) == (1, 4, 16)  # 64 keys a split at least
+    assert shape(1, 2, 14, 1, 256) == (1, 7, 1)  # Qwen2-0.5B to 256 keys: unsplit (128 keys a split at least)
+    assert shape(1, 2, 14, 1, 512) == (1, 7, 4)
     cases = ((64, False), (80, False), (128, False), (256, False), (128, True))
     assert [decode.tensor_cores(d, f) for d, f in cases] == [True, True, True, False, False]
 

@@ -65,17 +65,18 @@ MIN_SPLIT_STEPS = 4  # a split reads at least this many block steps of keys
 # Llama-1.1B's 1045 -> 980 us)
 MIN_SPLITS = 4
 MAX_SPLITS = 128  # kDecodeMaxSplits in decode_attn.cu
-# The tensor-core kernel's knobs (decode_attn_tc; the CUDA-core kernel's are above), for
-# reads of fewer than TC_LONG_KEYS keys (a model's decode steps over short prompts, up to
-# 256 keys unsplit) and of more (split; on an H100, 8 warps a block, one block an SM, read
-# 32k keys at 2.43 TB/s where 4 warps, two blocks an SM, read them at 2.30). Each: warps a
-# block (each on its own 16-key tiles), 16-key K / V tiles per warp in the ring (one of
-# them in use), blocks an SM.
+# The tensor-core kernel's knobs (decode_attn_tc; the CUDA-core kernel's are above), by the
+# keys a call reads (H100 sweep, `..._nn-decode-tc-sweep.json`): fewer than TC_MID_KEYS (a
+# model's decode steps over short prompts, up to 256 keys unsplit; splits of two steps), up
+# to TC_LONG_KEYS (splits of one step: 1k keys, 32 / 8 heads, 6.7 us against 8.5 with two
+# steps or 8 warps), and more (8 warps a block, one block an SM: 32k keys at 2.43 TB/s where
+# 4 warps, two blocks an SM, read them at 2.30). Warps a block (each on its own 16-key
+# tiles), 16-key K / V tiles per warp in the ring (one of them in use), blocks an SM:
 TC_WARPS, TC_STAGES, TC_BLOCKS_PER_SM = 4, 3, 2
-TC_LONG_KEYS = 1024
 TC_LONG_WARPS, TC_LONG_STAGES, TC_LONG_BLOCKS_PER_SM = 8, 2, 1
+TC_MID_KEYS, TC_LONG_KEYS = 1024, 4096
 TC_ROWS = 16  # query rows per block: the mma's M
-TC_MIN_SPLIT_STEPS = 2  # a split reads at least this many block steps (16 keys a warp each)
+TC_MIN_SPLIT_STEPS = 2  # a split reads at least this many block steps (16 keys a warp each); 1 from TC_MID_KEYS to TC_LONG_KEYS
 TC_PREFETCH = 256  # keys of its slice a contiguous cache's block asks L2 for before it waits for the kernel before it (SM 90)
 _HALF = (np.dtype(gp.bfloat16), np.dtype(gp.float16))
 _FLOATS = (*_HALF, np.dtype(np.float32), np.dtype(np.float64))
@@ -209,9 +210,10 @@ class Knobs(NamedTuple):
 def knobs(head_dim: int, fp8: bool, keys: int) -> Knobs:
     """The knobs for a cache of ``head_dim`` (fp8 or not) read over ``keys`` keys."""
     if tensor_cores(head_dim, fp8):
-        long = keys >= TC_LONG_KEYS
-        w, st, b = (TC_LONG_WARPS, TC_LONG_STAGES, TC_LONG_BLOCKS_PER_SM) if long else (TC_WARPS, TC_STAGES, TC_BLOCKS_PER_SM)
-        return Knobs(TC_ROWS, w, st, b, w * 16, TC_MIN_SPLIT_STEPS)
+        if keys >= TC_LONG_KEYS:
+            return Knobs(TC_ROWS, TC_LONG_WARPS, TC_LONG_STAGES, TC_LONG_BLOCKS_PER_SM, TC_LONG_WARPS * 16, TC_MIN_SPLIT_STEPS)
+        steps = 1 if keys >= TC_MID_KEYS else TC_MIN_SPLIT_STEPS
+        return Knobs(TC_ROWS, TC_WARPS, TC_STAGES, TC_BLOCKS_PER_SM, TC_WARPS * 16, steps)
     lanes = 8 if head_dim // 8 <= 8 else (16 if head_dim // 8 <= 16 else 32)
     return Knobs(ROWS_MAX, WARPS, STAGES, BLOCKS_PER_SM, WARPS * (32 // lanes) * _keys_per_step(fp8), MIN_SPLIT_STEPS)
 
