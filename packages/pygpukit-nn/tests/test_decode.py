@@ -193,20 +193,24 @@ def test_errors(rng):
 def test_launch_shape():
     """Rows in chunks of at most 4; splits fill 132 SMs 2 times in one wave, at least four steps of keys each, and
     none where the keys make fewer than four such splits."""
-    assert decode.launch_shape(1, 8, 32, 1, 8192, 16, 132) == (1, 4, 33)  # 264 blocks of 264 places
-    assert decode.launch_shape(1, 8, 64, 1, 8192, 16, 132) == (2, 4, 16)  # G = 8: two chunks of 4
-    assert decode.launch_shape(1, 8, 32, 3, 8192, 16, 132) == (3, 4, 11)  # 12 rows
-    assert decode.launch_shape(1, 8, 24, 2, 8192, 16, 132) == (2, 3, 16)  # 6 rows: two chunks of 3
-    assert decode.launch_shape(1, 8, 32, 1, 1024, 16, 132) == (1, 4, 16)  # short: four steps per split
-    assert decode.launch_shape(1, 2, 14, 1, 144, 32, 132) == (2, 4, 1)  # Qwen2-0.5B at 144 keys: not two splits
-    assert decode.launch_shape(1, 2, 14, 1, 512, 32, 132) == (2, 4, 4)
-    assert decode.launch_shape(8, 8, 32, 1, 8192, 16, 132) == (1, 4, 4)  # 33 blocks a sequence: 4 splits
-    assert decode.launch_shape(16, 8, 32, 1, 8192, 16, 132) == (1, 4, 2)  # long keys: two splits are worth a merge
-    assert decode.launch_shape(1, 8, 32, 1, 192, 16, 132) == (1, 4, 1)  # 192 keys make three splits of four steps: none
-    assert decode.launch_shape(1, 8, 32, 1, 256, 16, 132) == (1, 4, 4)
-    assert decode.launch_shape(64, 8, 32, 1, 8192, 16, 132) == (1, 4, 1)  # a big batch fills the GPU alone
-    assert decode.launch_shape(1, 1, 32, 1, 1 << 20, 16, 132) == (8, 4, 33)
-    assert decode.launch_shape(1, 1, 1, 1, 1 << 20, 16, 132) == (1, 1, 128)  # at most MAX_SPLITS
+
+    def cuda_cores(step):  # the CUDA-core kernel's knobs, at a given block step
+        return decode.Knobs(decode.ROWS_MAX, decode.WARPS, decode.STAGES, decode.BLOCKS_PER_SM, step, decode.MIN_SPLIT_STEPS)
+
+    assert decode.launch_shape(1, 8, 32, 1, 8192, cuda_cores(16), 132) == (1, 4, 33)  # 264 blocks of 264 places
+    assert decode.launch_shape(1, 8, 64, 1, 8192, cuda_cores(16), 132) == (2, 4, 16)  # G = 8: two chunks of 4
+    assert decode.launch_shape(1, 8, 32, 3, 8192, cuda_cores(16), 132) == (3, 4, 11)  # 12 rows
+    assert decode.launch_shape(1, 8, 24, 2, 8192, cuda_cores(16), 132) == (2, 3, 16)  # 6 rows: two chunks of 3
+    assert decode.launch_shape(1, 8, 32, 1, 1024, cuda_cores(16), 132) == (1, 4, 16)  # short: four steps per split
+    assert decode.launch_shape(1, 2, 14, 1, 144, cuda_cores(32), 132) == (2, 4, 1)  # Qwen2-0.5B at 144 keys: not two splits
+    assert decode.launch_shape(1, 2, 14, 1, 512, cuda_cores(32), 132) == (2, 4, 4)
+    assert decode.launch_shape(8, 8, 32, 1, 8192, cuda_cores(16), 132) == (1, 4, 4)  # 33 blocks a sequence: 4 splits
+    assert decode.launch_shape(16, 8, 32, 1, 8192, cuda_cores(16), 132) == (1, 4, 2)  # long keys: two splits are worth a merge
+    assert decode.launch_shape(1, 8, 32, 1, 192, cuda_cores(16), 132) == (1, 4, 1)  # 192 keys make three splits of four steps: none
+    assert decode.launch_shape(1, 8, 32, 1, 256, cuda_cores(16), 132) == (1, 4, 4)
+    assert decode.launch_shape(64, 8, 32, 1, 8192, cuda_cores(16), 132) == (1, 4, 1)  # a big batch fills the GPU alone
+    assert decode.launch_shape(1, 1, 32, 1, 1 << 20, cuda_cores(16), 132) == (8, 4, 33)
+    assert decode.launch_shape(1, 1, 1, 1, 1 << 20, cuda_cores(16), 132) == (1, 1, 128)  # at most MAX_SPLITS
     cases = ((64, False), (128, False), (256, False), (128, True), (80, True))
     assert [decode.knobs(d, f, 512).step for d, f in cases] == [64, 64, 8, 32, 32]
 
@@ -216,7 +220,7 @@ def test_launch_shape_on_tensor_cores():
 
     def shape(batch, heads, q_heads, tokens, keys):
         kn = decode.knobs(128, False, keys)
-        return decode.launch_shape(batch, heads, q_heads, tokens, keys, kn.step, 132, kn.rows_max, kn.min_steps, kn.blocks)
+        return decode.launch_shape(batch, heads, q_heads, tokens, keys, kn, 132)
 
     assert decode.knobs(128, False, 512) == (16, 4, 3, 2, 64, 2)  # short: 4 warps, two blocks an SM, splits of two steps
     assert decode.knobs(128, False, 2048) == (16, 4, 3, 2, 64, 1)  # middle: splits of one step

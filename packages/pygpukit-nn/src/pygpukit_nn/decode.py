@@ -233,18 +233,18 @@ def _smem(head_dim: int, fp8: bool, kn: Knobs, rows: int, splits: int) -> int:
     return max(ring, 4 * kn.warps * rows * (head_dim + 2), 4 * rows * (splits + 1))
 
 
-def launch_shape(batch: int, heads: int, q_heads: int, tokens: int, keys: int, step: int, sms: int, rows_max: int = ROWS_MAX,
-                 min_steps: int = MIN_SPLIT_STEPS, blocks_per_sm: int = BLOCKS_PER_SM) -> tuple[int, int, int]:  # fmt: skip
+def launch_shape(batch: int, heads: int, q_heads: int, tokens: int, keys: int, kn: Knobs, sms: int) -> tuple[int, int, int]:
     """(chunks, rows per block, splits): the G * Tq query rows of a KV head in
-    chunks of at most ``rows_max``, and as many splits of the ``keys`` (the
-    longest visible range) as fill the SMs ``blocks_per_sm`` times in one wave
-    (a block more would wait for a second one), each at least ``min_steps``
-    steps long; none where the keys make fewer than MIN_SPLITS such splits."""
+    chunks of at most ``kn.rows_max``, and as many splits of the ``keys`` (the
+    longest visible range) as fill the SMs ``kn.blocks`` times in one wave (a
+    block more would wait for a second one), each at least ``kn.min_steps``
+    steps of ``kn.step`` keys long; none where the keys make fewer than
+    MIN_SPLITS such splits."""
     r = q_heads // heads * tokens
-    chunks = -(-r // rows_max)
+    chunks = -(-r // kn.rows_max)
     rows = -(-r // chunks)
-    want = blocks_per_sm * sms // (batch * heads * chunks)
-    most = -(-keys // (min_steps * step))
+    want = kn.blocks * sms // (batch * heads * chunks)
+    most = -(-keys // (kn.min_steps * kn.step))
     return chunks, rows, max(1, min(want, most, MAX_SPLITS)) if most >= MIN_SPLITS else 1
 
 
@@ -263,8 +263,7 @@ def _plan(q: Any, k_cache: Any, v_cache: Any, lengths: Any, block_table: Any, k_
     lay, tq, hq, sc, win = _check_decode(q, k_cache, v_cache, lengths, block_table, k_scale, v_scale, max_len, scale, window)
     rt = _runtime.get()
     kn = knobs(lay.head_dim, lay.fp8, keys)
-    chunks, rows, splits = launch_shape(lay.batch, lay.heads, hq, tq, keys, kn.step, rt.props["multiprocessor_count"], kn.rows_max, kn.min_steps,
-                                        kn.blocks)  # fmt: skip
+    chunks, rows, splits = launch_shape(lay.batch, lay.heads, hq, tq, keys, kn, rt.props["multiprocessor_count"])
     if tensor_cores(lay.head_dim, lay.fp8):  # its blocks hold 16 rows (a chunk's padding rows masked)
         rows = TC_ROWS
         kern = _tc_kernel(_CTYPES[q.dtype], lay.head_dim, lay.paged, kn.warps, kn.stages, kn.blocks, 0 if lay.paged else TC_PREFETCH)
