@@ -101,8 +101,8 @@ def test_scaled_errors_say_what_is_wrong(rng):
 
 
 def test_fp8_kernels_compile_for_sm89_and_sm90(tmp_path, monkeypatch):
-    """Every mma.sync config, the plain and both grouped entries, both outputs,
-    with and without bias (NVRTC, no GPU needed)."""
+    """Every config (mma.sync for SM 89 and 90, warpgroup for SM 90), the plain
+    and both grouped entries, both outputs, with and without bias (NVRTC, no GPU needed)."""
     from pygpukit.jit import nvrtc
 
     if not nvrtc.available():
@@ -110,12 +110,12 @@ def test_fp8_kernels_compile_for_sm89_and_sm90(tmp_path, monkeypatch):
             pytest.fail("NVRTC could not be loaded in CI; pygpukit-core depends on nvidia-cuda-nvrtc")
         pytest.skip("NVRTC not installed")
     monkeypatch.setenv("PYGPUKIT_CACHE_DIR", str(tmp_path))
-    for entry in ("gemm_fp8_tc", "grouped_fp8_tc", "masked_fp8_tc"):
-        for cfg in tc.CONFIGS:
+    for entry in ("gemm_fp8", "grouped_fp8", "masked_fp8"):
+        for cfg in tc.CONFIGS + tc.WGMMA_CONFIGS:
             for out in tc._CTYPE.values():
                 for bias in (False, True):
                     kernel = tc.fp8_kernel(entry, cfg, out, bias)
-                    for sm in (89, 90):
+                    for sm in (90,) if cfg.wgmma else (89, 90):
                         assert kernel.compile(sm).image[:4] == b"\x7fELF", (entry, cfg, out, bias, sm)
 
 

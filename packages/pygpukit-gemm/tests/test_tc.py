@@ -49,7 +49,7 @@ def test_heuristic_picks_by_estimated_waves(monkeypatch):
 
 
 def test_configs_fit_the_hardware():
-    for c in tc.CONFIGS:
+    for c in tc.CONFIGS + tc.WGMMA_CONFIGS:
         assert c.smem * c.per_sm <= 227 * 1024 and c.threads <= 1024
         assert (c.bm // c.wm) % 16 == 0 and (c.bn // c.wn) % 16 == 0 and c.bn % 64 == 0
 
@@ -64,9 +64,9 @@ def test_kernels_compile_for_sm80_and_sm90(tmp_path, monkeypatch):
             pytest.fail("NVRTC could not be loaded in CI; pygpukit-core depends on nvidia-cuda-nvrtc")
         pytest.skip("NVRTC not installed")
     monkeypatch.setenv("PYGPUKIT_CACHE_DIR", str(tmp_path))
-    cases = [("gemm_tc", c, nk, ct, "pgk::Positive", False, False) for c in tc.CONFIGS for nk in (True, False) for ct in tc._CTYPE.values()]
-    cases += [("gemm_tc", tc.CONFIGS[-1], True, "pgk::bfloat16", act, True, True) for act in tc.ACTIVATIONS.values()]
-    cases += [(entry, tc.CONFIGS[0], True, "pgk::bfloat16", "pgk::Positive", True, False) for entry in ("grouped_tc", "masked_tc")]
+    cases = [("gemm", c, nk, ct, "pgk::Positive", False, False) for c in tc.CONFIGS for nk in (True, False) for ct in tc._CTYPE.values()]
+    cases += [("gemm", tc.CONFIGS[-1], True, "pgk::bfloat16", act, True, True) for act in tc.ACTIVATIONS.values()]
+    cases += [(entry, tc.CONFIGS[0], True, "pgk::bfloat16", "pgk::Positive", True, False) for entry in ("grouped", "masked")]
     for case in cases:
         kernel = tc._kernel(*case)
         for sm in (80, 90):
@@ -74,8 +74,9 @@ def test_kernels_compile_for_sm80_and_sm90(tmp_path, monkeypatch):
     for cfg in tc.WGMMA_CONFIGS:  # sm_90a only
         for ct in tc._CTYPE.values():
             for act, bias in (("pgk::Positive", False), ("pgk::Silu", True)):
-                assert tc._kernel("gemm_tc", cfg, True, ct, act, bias, bias).compile(90).image[:4] == b"\x7fELF"
-            assert tc._kernel("grouped_tc", cfg, True, ct, "pgk::Positive", True, False).compile(90).image[:4] == b"\x7fELF"
+                assert tc._kernel("gemm", cfg, True, ct, act, bias, bias).compile(90).image[:4] == b"\x7fELF"
+            for entry in ("grouped", "masked"):
+                assert tc._kernel(entry, cfg, True, ct, "pgk::Positive", True, False).compile(90).image[:4] == b"\x7fELF"
             assert tc._transpose_kernel(ct).compile(80).image[:4] == b"\x7fELF"
 
 
@@ -164,6 +165,28 @@ def test_matmul_against_float64(rng, monkeypatch, dtype, mnk, layout, config):
         got = ga @ gb
     assert got.dtype == dtype and got.shape == (m, n)
     assert _rel(got.to_numpy(), a @ b) < TOL
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("config", [c.name for c in tc.WGMMA_CONFIGS])
+@pytest.mark.parametrize("mnk", [(256, 512, 384), (129, 200, 72), (300, 136, 1000), (700, 300, 8)], ids=str)
+def test_warpgroup_configs_against_float64(rng, monkeypatch, config, mnk):
+    """Each SM 90 config, forced: a strided batch, a fused epilogue, partial
+    row, column and K tiles, K of one stage and of many."""
+    if _sm() != 90:
+        pytest.skip("the warpgroup kernels need SM 90")
+    monkeypatch.setenv("PYGPUKIT_GEMM_CONFIG", config)
+    m, n, k = mnk
+    a = _rand(rng, (2, m, k), gp.bfloat16)
+    w = _rand(rng, (n, k), gp.bfloat16)
+    b = _rand(rng, (n,), gp.bfloat16)
+    ga, gw, gb = (gp.from_numpy(v.astype(gp.bfloat16)) for v in (a, w, b))
+    with gp.routing(matmul="gemm:mma"):
+        got = ga @ gw.T
+    assert _rel(got.to_numpy(), a @ w.T) < TOL
+    fused = tc.fused_linear(ga, gw, gb, activation="silu")
+    y = a @ w.T + b
+    assert _rel(fused.to_numpy(), y / (1 + np.exp(-y))) < TOL
 
 
 @pytest.mark.gpu

@@ -27,8 +27,9 @@ w are float8 (e4m3fn or e5m2); x_scale (float32) holds one scale per row of
 x (shape x.shape[:-1]), w_scale (float32, (E, N)) one per output channel of
 each expert: ``quantize_fp8(x, granularity="row")`` gives the first (its
 scale reshaped to x.shape[:-1]), and of ``w.reshape(E * N, K)`` the second.
-The kernel (the same tile loop, e4m3 mma.sync, SM 89+) takes e4m3 operands
-with K a multiple of 16 and a bfloat16 or float16 output; the reference
+The kernel (the same tile loop on e4m3: wgmma on SM 90, mma.sync on SM 89)
+takes e4m3 operands with K a multiple of 16 and a bfloat16 or float16
+output; the reference
 (every backend) dequantizes to float32 and runs the float32 reference above.
 """
 
@@ -40,7 +41,6 @@ from typing import Any
 import numpy as np
 
 import pygpukit as gp
-from pygpukit import _runtime
 
 from . import tc
 
@@ -104,7 +104,7 @@ def kernel_dtypes(x: Any, w: Any, *args: Any, **kwargs: Any) -> bool:
 
 
 _GROUPED = struct.Struct("@PPPPPPiiiiqqqqqq")
-_MASKED = struct.Struct("@PPPPPPiiiqqqqqqqqq")
+_MASKED = struct.Struct("@PPPPPPiiiiqqqqqqqqq")
 
 
 def _counts(c: gp.GPUArray) -> gp.GPUArray:
@@ -120,18 +120,16 @@ def grouped_linear(x: Any, w: Any, offs: Any, bias: Any = None) -> gp.GPUArray:
     if out.size == 0 or e == 0:
         out[...] = 0
         return out
-    rt = _runtime.get()
-    rows = max(1, t // e)
-    cfg = tc.choose(rows, n, e, rt.props["multiprocessor_count"], rt.sm == 90 and rows > tc.WGMMA_MIN_M)
+    cfg = tc.config_for(max(1, t // e), n, e, grouped=True)
     A, B = tc.operand_a(x), tc.operand_b(w.swapaxes(1, 2), nk_only=cfg.wgmma)
     b_ = tc._epilogue_vector(bias, x.dtype)
-    kernel = tc._kernel("grouped_tc", cfg, B.nk, tc._CTYPE[x.dtype], tc.ACTIVATIONS[None], b_ is not None, False)
+    kernel = tc._kernel("grouped", cfg, B.nk, tc._CTYPE[x.dtype], tc.ACTIVATIONS[None], b_ is not None, False)
     params = _GROUPED.pack(
         A.array.data_ptr, B.array.data_ptr, out.data_ptr, 0 if b_ is None else b_.data_ptr, 0, _counts(offs).data_ptr,
         e, t, n, A.array.shape[-1], A.ld, B.ld, n, 0, B.batch_stride, n,
     )  # fmt: skip
-    pairs = -(-t // cfg.bm) + e
-    tc._launch(tc._function(kernel, cfg), (pairs * -(-n // cfg.bn), 1, 1), cfg, params)
+    row_tiles = -(-t // cfg.bm) + e  # every expert may end in a partial tile
+    tc._launch(tc._function(kernel, cfg), row_tiles * -(-n // cfg.bn), cfg, params)
     return out
 
 
@@ -142,16 +140,15 @@ def grouped_linear_masked(x: Any, w: Any, masked_m: Any, bias: Any = None) -> gp
     out = gp.empty((e, max_m, n), x.dtype)
     if out.size == 0:
         return out
-    A, B = tc.operand_a(x), tc.operand_b(w.swapaxes(1, 2))
+    cfg = tc.config_for(max_m, n, e, grouped=True)
+    A, B = tc.operand_a(x), tc.operand_b(w.swapaxes(1, 2), nk_only=cfg.wgmma)
     b_ = tc._epilogue_vector(bias, x.dtype)
-    sms = _runtime.get().props["multiprocessor_count"]
-    cfg = tc.choose(max_m, n, e, sms)
-    kernel = tc._kernel("masked_tc", cfg, B.nk, tc._CTYPE[x.dtype], tc.ACTIVATIONS[None], b_ is not None, False)
+    kernel = tc._kernel("masked", cfg, B.nk, tc._CTYPE[x.dtype], tc.ACTIVATIONS[None], b_ is not None, False)
     params = _MASKED.pack(
         A.array.data_ptr, B.array.data_ptr, out.data_ptr, 0 if b_ is None else b_.data_ptr, 0, _counts(masked_m).data_ptr,
-        max_m, n, A.array.shape[-1], A.ld, B.ld, n, 0, A.batch_stride, B.batch_stride, max_m * n, 0, n,
+        e, max_m, n, A.array.shape[-1], A.ld, B.ld, n, 0, A.batch_stride, B.batch_stride, max_m * n, 0, n,
     )  # fmt: skip
-    tc._launch(tc._function(kernel, cfg), (-(-max_m // cfg.bm) * -(-n // cfg.bn), 1, e), cfg, params)
+    tc._launch(tc._function(kernel, cfg), -(-max_m // cfg.bm) * -(-n // cfg.bn) * e, cfg, params)
     return out
 
 
@@ -160,7 +157,7 @@ def grouped_linear_masked(x: Any, w: Any, masked_m: Any, bias: Any = None) -> gp
 FP8 = (np.dtype(gp.float8_e4m3fn), np.dtype(gp.float8_e5m2))
 OUT_DTYPES = (np.dtype(gp.bfloat16), np.dtype(gp.float16), np.dtype(np.float32))
 _GROUPED_FP8 = struct.Struct("@PPPPPPPiiiiqqqq")
-_MASKED_FP8 = struct.Struct("@PPPPPPPiiiqqqqq")
+_MASKED_FP8 = struct.Struct("@PPPPPPPiiiiqqqqq")
 
 
 def _check_scaled(x: Any, x_scale: Any, w: Any, w_scale: Any, counts: Any, bias: Any, out_dtype: Any, op: str,
@@ -239,15 +236,15 @@ def grouped_scaled_linear(x: Any, x_scale: Any, w: Any, w_scale: Any, offs: Any,
         out[...] = 0
         return out
     xs, ws, b = _scaled_operands(x_scale, w_scale, bias, out_dt)
-    cfg = tc.choose(max(1, t // e), n, e, _runtime.get().props["multiprocessor_count"])
-    kernel = tc.fp8_kernel("grouped_fp8_tc", cfg, tc._CTYPE[out_dt], bias is not None)
+    cfg = tc.config_for(max(1, t // e), n, e, grouped=True)
+    kernel = tc.fp8_kernel("grouped_fp8", cfg, tc._CTYPE[out_dt], bias is not None)
     counts = _counts(offs)
     params = _GROUPED_FP8.pack(
         x.data_ptr, w.data_ptr, out.data_ptr, 0 if b is None else b.data_ptr, xs.data_ptr, ws.data_ptr, counts.data_ptr, e, t, n, k // 2, k // 2, k // 2, n,
         n * k // 2,
     )  # fmt: skip
-    pairs = -(-t // cfg.bm) + e
-    tc._launch(tc._function(kernel, cfg), (pairs * -(-n // cfg.bn), 1, 1), cfg, params)
+    row_tiles = -(-t // cfg.bm) + e  # every expert may end in a partial tile
+    tc._launch(tc._function(kernel, cfg), row_tiles * -(-n // cfg.bn), cfg, params)
     return out
 
 
@@ -260,12 +257,12 @@ def grouped_scaled_linear_masked(x: Any, x_scale: Any, w: Any, w_scale: Any, mas
     if out.size == 0:
         return out
     xs, ws, b = _scaled_operands(x_scale, w_scale, bias, out_dt)
-    cfg = tc.choose(max_m, n, e, _runtime.get().props["multiprocessor_count"])
-    kernel = tc.fp8_kernel("masked_fp8_tc", cfg, tc._CTYPE[out_dt], bias is not None)
+    cfg = tc.config_for(max_m, n, e, grouped=True)
+    kernel = tc.fp8_kernel("masked_fp8", cfg, tc._CTYPE[out_dt], bias is not None)
     counts = _counts(masked_m)
     params = _MASKED_FP8.pack(
-        x.data_ptr, w.data_ptr, out.data_ptr, 0 if b is None else b.data_ptr, xs.data_ptr, ws.data_ptr, counts.data_ptr, max_m, n, k // 2, k // 2, k // 2, n,
+        x.data_ptr, w.data_ptr, out.data_ptr, 0 if b is None else b.data_ptr, xs.data_ptr, ws.data_ptr, counts.data_ptr, e, max_m, n, k // 2, k // 2, k // 2, n,
         max_m * k // 2, n * k // 2,
     )  # fmt: skip
-    tc._launch(tc._function(kernel, cfg), (-(-max_m // cfg.bm) * -(-n // cfg.bn), 1, e), cfg, params)
+    tc._launch(tc._function(kernel, cfg), -(-max_m // cfg.bm) * -(-n // cfg.bn) * e, cfg, params)
     return out

@@ -37,7 +37,6 @@ from typing import Any
 import numpy as np
 
 import pygpukit as gp
-from pygpukit import _runtime
 
 from . import cublaslt, tc
 from .fp8 import expand_scale
@@ -210,10 +209,10 @@ def scaled_mm_mma(a: Any, b: Any, scale_a: Any, scale_b: Any, out_dtype: Any = g
     sa, sb = _vector(scale_a, m), _vector(scale_b, n)
     bias_ = tc._epilogue_vector(bias, out)
     y = gp.empty((m, n), out)
-    cfg = tc.choose(m, n, 1, _runtime.get().props["multiprocessor_count"])
-    kernel = tc.fp8_kernel("gemm_fp8_tc", cfg, tc._CTYPE[out], bias_ is not None)
+    cfg = tc.config_for(m, n, 1)
+    kernel = tc.fp8_kernel("gemm_fp8", cfg, tc._CTYPE[out], bias_ is not None)
     params = _MMA_PARAMS.pack(
         a.data_ptr, bt.data_ptr, y.data_ptr, 0 if bias_ is None else bias_.data_ptr, sa.data_ptr, sb.data_ptr, m, n, k // 2, k // 2, k // 2, n
     )  # fmt: skip
-    tc._launch(tc._function(kernel, cfg), (-(-m // cfg.bm) * -(-n // cfg.bn), 1, 1), cfg, params)
+    tc._launch(tc._function(kernel, cfg), -(-m // cfg.bm) * -(-n // cfg.bn), cfg, params)
     return y

@@ -1,5 +1,5 @@
-// Tensor-core GEMM for bfloat16 / float16 on SM 80+ (mma.sync m16n8k16, FP32
-// accumulation): D = act(A @ B + bias) + residual, rounded once to T.
+// Tensor-core GEMM for bfloat16 / float16 (and e4m3 with scales): D =
+// act(A @ B + bias) + residual, FP32 accumulation, rounded once to the output.
 //
 // A is row-major (M, K) with leading dimension lda. B is either (K, N)
 // row-major (B_NK false: matmul's b) or stored as (N, K) row-major (B_NK true:
@@ -7,33 +7,41 @@
 // and the pointers 16-byte aligned (the host pads or copies otherwise): every
 // global read is one 16-byte cp.async, and an out-of-range chunk is zero-filled.
 //
-// A block computes a BM x BN tile with WM x WN warps (each a (BM/WM) x (BN/WN)
-// warp tile); K advances BK (32 or 64) at a time through a STAGES-deep ring
-// of shared-memory buffers filled by cp.async while earlier stages are
-// consumed. Shared tiles are XOR-swizzled at 16-byte granularity so that both
-// the cp.async writes and the ldmatrix reads (8 rows of one 16-byte column)
-// hit 8 different bank groups:
+// Two main loops compute a BM x BN tile of the accumulators; the entry points
+// below take either as their template argument Tl:
+//   Tile (SM 80+, mma.sync m16n8k16): WM x WN warps, each a (BM/WM) x (BN/WN)
+//     warp tile; K advances BK (32 or 64) at a time through a STAGES-deep ring
+//     of shared-memory buffers filled by cp.async while earlier stages are
+//     consumed.
+//   WsTile (SM 90, wgmma.mma_async, sm_90a): a producer warpgroup and two
+//     consumer warpgroups of 64 rows over a 128 x BN tile, K 64 at a time, B
+//     stored (N, K), persistent; see below.
+// Shared tiles are XOR-swizzled at 16-byte granularity so that both the
+// cp.async writes and the ldmatrix reads (8 rows of one 16-byte column) hit 8
+// different bank groups:
 //   (rows, BK) tiles (A, and B as (N, K)): chunk c of row r is stored at
 //     c ^ ((r >> 1) & 3) for BK 32, c ^ (r & 7) for BK 64;
 //   (BK, BN) tiles (B as (K, N)): chunk c of row k at c ^ (k & 7), read with ldmatrix.trans.
 // Tiles are visited in groups of kGroupM tile rows so that consecutive blocks
 // share A and B panels in L2.
 //
-// fp8 (e4m3, SM 89+) operands ride in the same tile as 16-bit carriers, two
+// fp8 (e4m3, SM 89+) operands ride in the same tiles as 16-bit carriers, two
 // values each (e4m3x2): a row of K values is K / 2 carriers, so the cp.async
-// chunks, the swizzle and ldmatrix move the bytes they move for bf16, and the
+// chunks and the swizzle move the bytes they move for bf16. mma.sync: the
 // fragments ldmatrix returns are those of mma.m16n8k32.e4m3 (a 32-bit register
 // holds 4 consecutive K values where bf16's holds 2: a k16 slice of carriers
-// is a k32 slice of e4m3). Their epilogue scales rows and columns (store_scaled).
+// is a k32 slice of e4m3). wgmma: a k32 e4m3 step reads the 32 bytes of a
+// row a k16 bf16 step reads. Their epilogue scales rows and columns (store_scaled).
 //
-// Three entry points share the tile loop: gemm_tc (a strided batch on
-// blockIdx.z), grouped_tc (mixture-of-experts, contiguous layout: rows
-// sorted by expert, expert e owns rows [offs[e-1], offs[e]) and weight
-// B + e * strideB) and masked_tc (expert e = blockIdx.z owns rows
-// [0, masked_m[e]) of its own A and D; rows past it are written as zeros);
-// grouped_fp8_tc and masked_fp8_tc are the last two for fp8 operands.
+// Entry points (each on either main loop, the tiles of a launch numbered
+// along one grid axis): gemm (a strided batch), grouped (mixture-of-experts,
+// contiguous layout: rows sorted by expert, expert e owns rows
+// [offs[e-1], offs[e]) and weight B + e * strideB) and masked (expert e owns
+// rows [0, masked_m[e]) of its own A and D; rows past it are written as
+// zeros); gemm_fp8, grouped_fp8 and masked_fp8 are the same for fp8 operands.
 #include "pgk/math.cuh"
 #include "pgk/mma.cuh"
+#include "pgk/sm90.cuh"
 
 namespace pgk {
 
@@ -83,12 +91,23 @@ template <class T>
 __device__ __forceinline__ bool pair_stores(const T* D, long long ldd) {
   return ldd % 2 == 0 && (reinterpret_cast<unsigned long long>(D) & 3) == 0;
 }
+// A unit of work of a launch: the (m0, n0) tile of one product whose A and
+// B start at a and b (batch entry or expert z); rows < 1: nothing to multiply
+// (a spare or fully masked tile, which the epilogue zeroes).
+template <class T>
+struct Job {
+  const T* a;
+  const T* b;
+  int m0, rows, n0, z;
+};
 
 template <int BM, int BN, int BK, int WM, int WN, int STAGES, bool B_NK, class T>
 struct Tile {
+  using Elem = T;
+  static constexpr int kBM = BM, kBN = BN;
   static_assert(BK == 32 || BK == 64, "BK is 32 or 64");
   static constexpr int CK = BK / 8;  // 16-byte chunks per row of K
-  static constexpr int kThreads = WM * WN * 32;
+  static constexpr int kThreads = WM * WN * 32, kWorkers = kThreads;
   static constexpr int TM = BM / WM, TN = BN / WN;  // warp tile
   static constexpr int MT = TM / 16, NT = TN / 8;   // mma tiles per warp
   static constexpr int kStageA = BM * BK, kStageB = BN * BK;  // elements
@@ -100,12 +119,13 @@ struct Tile {
   float acc[MT][NT][4];
 
   // Stage s <- rows [m0, m0 + BM) of A and the matching B panel, K block kb.
+  // t: this thread's index among the kThreads loading threads.
   __device__ __forceinline__ static void load(T* sA, T* sB, const T* A, const T* B, int m0, int rows, int n0, int N, int K,
-                                       long long lda, long long ldb, int kb) {
+                                       long long lda, long long ldb, int kb, int t) {
     const int k0 = kb * BK;
 #pragma unroll
     for (int i = 0; i < BM * CK / kThreads; ++i) {
-      const int idx = threadIdx.x + i * kThreads, r = idx / CK, c = idx % CK;
+      const int idx = t + i * kThreads, r = idx / CK, c = idx % CK;
       const bool ok = r < rows && k0 + c * 8 < K;
       const T* src = ok ? A + (long long)(m0 + r) * lda + k0 + c * 8 : A;
       cp_async16(smem_addr(sA + swk<BK>(r, c)), src, ok);
@@ -113,7 +133,7 @@ struct Tile {
     if constexpr (B_NK) {
 #pragma unroll
       for (int i = 0; i < BN * CK / kThreads; ++i) {
-        const int idx = threadIdx.x + i * kThreads, r = idx / CK, c = idx % CK;
+        const int idx = t + i * kThreads, r = idx / CK, c = idx % CK;
         const bool ok = n0 + r < N && k0 + c * 8 < K;
         const T* src = ok ? B + (long long)(n0 + r) * ldb + k0 + c * 8 : B;
         cp_async16(smem_addr(sB + swk<BK>(r, c)), src, ok);
@@ -122,7 +142,7 @@ struct Tile {
       constexpr int CPR = BN / 8;  // chunks per row of the (BK, BN) tile
 #pragma unroll
       for (int i = 0; i < BN * CK / kThreads; ++i) {
-        const int idx = threadIdx.x + i * kThreads, k = idx / CPR, c = idx % CPR;
+        const int idx = t + i * kThreads, k = idx / CPR, c = idx % CPR;
         const bool ok = k0 + k < K && n0 + c * 8 < N;
         const T* src = ok ? B + (long long)(k0 + k) * ldb + n0 + c * 8 : B;
         cp_async16(smem_addr(sB + swn<BN>(k, c)), src, ok);
@@ -170,20 +190,20 @@ struct Tile {
   // the next stage and the barrier come before the last slice of a stage, so
   // its fragments can be fetched early; stage kt + STAGES - 1 is issued at the
   // first slice, into the buffer every warp finished reading before that barrier.
-  __device__ __forceinline__ void run(T* smem, const T* A, const T* B, int m0, int rows, int n0, int N, int K, long long lda,
+  __device__ __forceinline__ void run(unsigned char* smem_raw, const T* A, const T* B, int m0, int rows, int n0, int N, int K, long long lda,
                                       long long ldb) {
     const int warp = threadIdx.x >> 5, wm = warp / WN, wn = warp % WN;
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) acc[mt][nt][0] = acc[mt][nt][1] = acc[mt][nt][2] = acc[mt][nt][3] = 0.0f;
-    T* sA = smem;
-    T* sB = smem + STAGES * kStageA;
+    T* sA = reinterpret_cast<T*>(smem_raw);
+    T* sB = sA + STAGES * kStageA;
     const int KT = (K + BK - 1) / BK;
     constexpr int KK = BK / 16;
 #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) {
-      if (s < KT) load(sA + s * kStageA, sB + s * kStageB, A, B, m0, rows, n0, N, K, lda, ldb, s);
+      if (s < KT) load(sA + s * kStageA, sB + s * kStageB, A, B, m0, rows, n0, N, K, lda, ldb, s, threadIdx.x);
       cp_async_commit();
     }
     cp_async_wait<STAGES - 2>();
@@ -203,7 +223,7 @@ struct Tile {
         }
         if (kk == 0) {
           const int next = kt + STAGES - 1, w = next % STAGES;
-          if (next < KT) load(sA + w * kStageA, sB + w * kStageB, A, B, m0, rows, n0, N, K, lda, ldb, next);
+          if (next < KT) load(sA + w * kStageA, sB + w * kStageB, A, B, m0, rows, n0, N, K, lda, ldb, next, threadIdx.x);
           cp_async_commit();
         }
         mma_frags(f[kk & 1]);
@@ -212,234 +232,121 @@ struct Tile {
     cp_async_wait<0>();
   }
 
-  // D[r, c] = act(acc + bias[c]) + R[r, c] for the tile's valid rows and columns.
-  template <class Act, bool BIAS, bool RES>
-  __device__ __forceinline__ void store(T* D, const T* bias, const T* R, int m0, int rows, int n0, int N, long long ldd,
-                                        long long ldr) const {
+  // The block's one tile, blockIdx.x: job(t) -> Job<T>, epi(job, *this) once
+  // the accumulators are final (left unset when rows < 1).
+  template <class JobF, class EpiF>
+  __device__ __forceinline__ void for_tiles(unsigned char* smem, int, int N, int K, long long lda, long long ldb, JobF&& job,
+                                            EpiF&& epi) {
+    const Job<T> j = job(blockIdx.x);
+    if (j.rows > 0) run(smem, j.a, j.b, j.m0, j.rows, j.n0, N, K, lda, ldb);
+    epi(j, *this);
+  }
+
+  // f(r, c, v0, v1) for every accumulator pair: tile-relative row r, columns c and c + 1.
+  template <class F>
+  __device__ __forceinline__ void each_pair(F&& f) const {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, wm = warp / WN, wn = warp % WN;
-    const bool pairs = pair_stores(D, ldd);
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
         for (int h = 0; h < 2; ++h)
-          store_pair<Act, BIAS, RES>(D, bias, R, m0, rows, wm * TM + mt * 16 + (lane >> 2) + h * 8,
-                                     n0 + wn * TN + nt * 8 + (lane & 3) * 2, N, ldd, ldr, pairs, acc[mt][nt][h * 2],
-                                     acc[mt][nt][h * 2 + 1]);
-  }
-
-  // D[r, c] = acc * sa[r] * sb[c] (+ bias[c]), rounded once to O: the fp8
-  // products' epilogue (sa: the scales of A's rows from m0, sb: of B's rows, the output columns).
-  template <bool BIAS, class O>
-  __device__ __forceinline__ void store_scaled(O* D, const O* bias, const float* __restrict__ sa, const float* __restrict__ sb, int m0,
-                                               int rows, int n0, int N, long long ldd) const {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, wm = warp / WN, wn = warp % WN;
-    const bool pairs = pair_stores(D, ldd);
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int r = wm * TM + mt * 16 + (lane >> 2) + h * 8, c = n0 + wn * TN + nt * 8 + (lane & 3) * 2;
-          if (r >= rows || c >= N) continue;
-          const float s = sa[m0 + r];
-          const float v0 = acc[mt][nt][h * 2] * s * sb[c], v1 = c + 1 < N ? acc[mt][nt][h * 2 + 1] * s * sb[c + 1] : 0.0f;
-          store_pair<Positive, BIAS, false>(D, bias, static_cast<const O*>(nullptr), m0, rows, r, c, N, ldd, 0, pairs, v0, v1);
-        }
+          f(wm * TM + mt * 16 + (lane >> 2) + h * 8, wn * TN + nt * 8 + (lane & 3) * 2, acc[mt][nt][h * 2], acc[mt][nt][h * 2 + 1]);
   }
 };
 
-// The tile (tm, tn) of block b in an L2-friendly order over a tiles_m x tiles_n grid.
-__device__ __forceinline__ void tile_of(int b, int tiles_m, int tiles_n, int& tm, int& tn) {
-  const int per_group = kGroupM * tiles_n;
-  const int first = (b / per_group) * kGroupM;
-  const int size = min(tiles_m - first, kGroupM);
-  tm = first + (b % per_group) % size;
-  tn = (b % per_group) / size;
+// The epilogue of a main loop's tile at (m0, n0): D = act(acc + bias) + R for
+// the `rows` valid rows and the columns below N.
+template <class Act, bool BIAS, bool RES, class Tl, class T>
+__device__ __forceinline__ void store(const Tl& tile, T* D, const T* bias, const T* R, int m0, int rows, int n0, int N,
+                                      long long ldd, long long ldr) {
+  const bool pairs = pair_stores(D, ldd);
+  tile.each_pair([&](int r, int c, float v0, float v1) {
+    store_pair<Act, BIAS, RES>(D, bias, R, m0, rows, r, n0 + c, N, ldd, ldr, pairs, v0, v1);
+  });
 }
 
-template <int BM, int BN, int BK, int WM, int WN, int STAGES, bool B_NK, class T, class Act, bool BIAS, bool RES>
-__global__ void __launch_bounds__(WM* WN * 32, 1)
-gemm_tc(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ D, const T* __restrict__ bias,
-        const T* __restrict__ R, int M, int N, int K, long long lda, long long ldb, long long ldd, long long ldr,
-        long long strideA, long long strideB, long long strideD, long long strideR) {
-  extern __shared__ __align__(128) unsigned char smem_raw[];
-  using Cfg = Tile<BM, BN, BK, WM, WN, STAGES, B_NK, T>;
-  const int tiles_m = (M + BM - 1) / BM, tiles_n = (N + BN - 1) / BN;
-  int tm, tn;
-  tile_of(blockIdx.x, tiles_m, tiles_n, tm, tn);
-  const long long z = blockIdx.z;
-  const int m0 = tm * BM, n0 = tn * BN, rows = min(BM, M - m0);
-  Cfg tile;
-  tile.run(reinterpret_cast<T*>(smem_raw), A + z * strideA, B + z * strideB, m0, rows, n0, N, K, lda, ldb);
-  tile.template store<Act, BIAS, RES>(D + z * strideD, bias, R + (RES ? z * strideR : 0), m0, rows, n0, N, ldd, ldr);
-}
-
-// Mixture-of-experts, contiguous layout. Blocks enumerate the (expert, row
-// tile) pairs in order: blockIdx.x = pair * tiles_n + column tile. The grid
-// covers the most pairs possible (ceil(M / BM) + E); the spare blocks write
-// zeros over the rows no expert owns ([offs[E-1], M)), of which there are
-// never more tiles than spare pairs. offs is read clamped to a non-decreasing
-// sequence in [0, M], so no offsets can make a block read out of bounds.
-struct GroupTile {
-  int e, m0, rows;  // rows < 0: a spare block, whose zero rows start at m0
-};
-
-template <int BM>
-__device__ __forceinline__ GroupTile group_tile(int pair, const int* __restrict__ offs, int E, int M) {
-  int start = 0, seen = 0;
-  for (int e = 0; e < E; ++e) {  // offs is tiny and the same for every block: cache hits
-    const int end = min(max(offs[e], start), M);
-    const int tiles = (end - start + BM - 1) / BM;
-    if (pair < seen + tiles) {
-      const int m0 = start + (pair - seen) * BM;
-      return {e, m0, min(BM, end - m0)};
-    }
-    seen += tiles;
-    start = end;
-  }
-  return {E, start + (pair - seen) * BM, -1};
-}
-
-// Zeros over rows [m0, min(m0 + BM, M)) and columns [n0, n0 + BN) of D.
-template <int BM, int BN, class T>
-__device__ __forceinline__ void zero_tile(T* D, int m0, int n0, int M, int N, long long ldd, int threads) {
-  for (int i = threadIdx.x; i < BM * BN; i += threads) {
-    const int r = m0 + i / BN, c = n0 + i % BN;
-    if (r < M && c < N) D[r * ldd + c] = T(0.0f);
-  }
-}
-
-template <int BM, int BN, int BK, int WM, int WN, int STAGES, bool B_NK, class T, class Act, bool BIAS, bool RES>
-__global__ void __launch_bounds__(WM* WN * 32, 1)
-grouped_tc(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ D, const T* __restrict__ bias,
-           const T* __restrict__ R, const int* __restrict__ offs, int E, int M, int N, int K, long long lda, long long ldb,
-           long long ldd, long long ldr, long long strideB, long long strideBias) {
-  extern __shared__ __align__(128) unsigned char smem_raw[];
-  using Cfg = Tile<BM, BN, BK, WM, WN, STAGES, B_NK, T>;
-  const int tiles_n = (N + BN - 1) / BN;
-  const int n0 = (blockIdx.x % tiles_n) * BN;
-  const GroupTile g = group_tile<BM>(blockIdx.x / tiles_n, offs, E, M);
-  if (g.rows < 0) return zero_tile<BM, BN>(D, g.m0, n0, M, N, ldd, Cfg::kThreads);
-  Cfg tile;
-  tile.run(reinterpret_cast<T*>(smem_raw), A, B + g.e * strideB, g.m0, g.rows, n0, N, K, lda, ldb);
-  tile.template store<Act, BIAS, RES>(D, BIAS ? bias + g.e * strideBias : bias, R, g.m0, g.rows, n0, N, ldd, ldr);
-}
-
-// Mixture-of-experts, masked layout: A (E, max_m, K), D (E, max_m, N).
-template <int BM, int BN, int BK, int WM, int WN, int STAGES, bool B_NK, class T, class Act, bool BIAS, bool RES>
-__global__ void __launch_bounds__(WM* WN * 32, 1)
-masked_tc(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ D, const T* __restrict__ bias,
-          const T* __restrict__ R, const int* __restrict__ masked_m, int max_m, int N, int K, long long lda, long long ldb,
-          long long ldd, long long ldr, long long strideA, long long strideB, long long strideD, long long strideR,
-          long long strideBias) {
-  extern __shared__ __align__(128) unsigned char smem_raw[];
-  using Cfg = Tile<BM, BN, BK, WM, WN, STAGES, B_NK, T>;
-  const int tiles_m = (max_m + BM - 1) / BM, tiles_n = (N + BN - 1) / BN;
-  int tm, tn;
-  tile_of(blockIdx.x, tiles_m, tiles_n, tm, tn);
-  const long long e = blockIdx.z;
-  const int valid = min(max(masked_m[e], 0), max_m);
-  const int m0 = tm * BM, n0 = tn * BN;
-  T* De = D + e * strideD;
-  if (m0 >= valid) return zero_tile<BM, BN>(De, m0, n0, max_m, N, ldd, Cfg::kThreads);  // rows defined as zeros
-  const int rows = min(BM, valid - m0);
-  Cfg tile;
-  tile.run(reinterpret_cast<T*>(smem_raw), A + e * strideA, B + e * strideB, m0, rows, n0, N, K, lda, ldb);
-  tile.template store<Act, BIAS, RES>(De, BIAS ? bias + e * strideBias : bias, R + (RES ? e * strideR : 0), m0, rows, n0, N,
-                                      ldd, ldr);
-  zero_tile<BM, BN>(De, m0 + rows, n0, min(m0 + BM, max_m), N, ldd, Cfg::kThreads);  // the tile's masked rows
-}
-
-// The fp8 products: A and B float8_e4m3fn, read as e4m3x2 carriers (K, lda,
-// ldb, strideA and strideB count carriers), B stored (N, K); row scales sa of
-// A's rows, column scales sb, bias and D in O. gemm_fp8_tc is one product
-// (scaled_mm: sa (M,), sb (N,), bias (N,)).
-template <int BM, int BN, int BK, int WM, int WN, int STAGES, class O, bool BIAS>
-__global__ void __launch_bounds__(WM* WN * 32, 1)
-gemm_fp8_tc(const e4m3x2* __restrict__ A, const e4m3x2* __restrict__ B, O* __restrict__ D, const O* __restrict__ bias,
-            const float* __restrict__ sa, const float* __restrict__ sb, int M, int N, int K, long long lda, long long ldb, long long ldd) {
-  extern __shared__ __align__(128) unsigned char smem_raw[];
-  using Cfg = Tile<BM, BN, BK, WM, WN, STAGES, true, e4m3x2>;
-  int tm, tn;
-  tile_of(blockIdx.x, (M + BM - 1) / BM, (N + BN - 1) / BN, tm, tn);
-  const int m0 = tm * BM, n0 = tn * BN, rows = min(BM, M - m0);
-  Cfg tile;
-  tile.run(reinterpret_cast<e4m3x2*>(smem_raw), A, B, m0, rows, n0, N, K, lda, ldb);
-  tile.template store_scaled<BIAS>(D, bias, sa, sb, m0, rows, n0, N, ldd);
-}
-
-// The grouped ones: B (E, N, K), sb and bias (E, N). grouped_fp8_tc is
-// grouped_tc's contiguous layout (sa (M,)).
-template <int BM, int BN, int BK, int WM, int WN, int STAGES, class O, bool BIAS>
-__global__ void __launch_bounds__(WM* WN * 32, 1)
-grouped_fp8_tc(const e4m3x2* __restrict__ A, const e4m3x2* __restrict__ B, O* __restrict__ D, const O* __restrict__ bias,
-               const float* __restrict__ sa, const float* __restrict__ sb, const int* __restrict__ offs, int E, int M, int N, int K,
-               long long lda, long long ldb, long long ldd, long long strideB) {
-  extern __shared__ __align__(128) unsigned char smem_raw[];
-  using Cfg = Tile<BM, BN, BK, WM, WN, STAGES, true, e4m3x2>;
-  const int tiles_n = (N + BN - 1) / BN;
-  const int n0 = (blockIdx.x % tiles_n) * BN;
-  const GroupTile g = group_tile<BM>(blockIdx.x / tiles_n, offs, E, M);
-  if (g.rows < 0) return zero_tile<BM, BN>(D, g.m0, n0, M, N, ldd, Cfg::kThreads);
-  Cfg tile;
-  tile.run(reinterpret_cast<e4m3x2*>(smem_raw), A, B + g.e * strideB, g.m0, g.rows, n0, N, K, lda, ldb);
-  const long long col = (long long)g.e * N;  // expert e's row of sb and bias
-  tile.template store_scaled<BIAS>(D, BIAS ? bias + col : bias, sa, sb + col, g.m0, g.rows, n0, N, ldd);
-}
-
-// ... and masked_tc's masked layout: A (E, max_m, K), sa (E, max_m), D (E, max_m, N).
-template <int BM, int BN, int BK, int WM, int WN, int STAGES, class O, bool BIAS>
-__global__ void __launch_bounds__(WM* WN * 32, 1)
-masked_fp8_tc(const e4m3x2* __restrict__ A, const e4m3x2* __restrict__ B, O* __restrict__ D, const O* __restrict__ bias,
-              const float* __restrict__ sa, const float* __restrict__ sb, const int* __restrict__ masked_m, int max_m, int N, int K,
-              long long lda, long long ldb, long long ldd, long long strideA, long long strideB) {
-  extern __shared__ __align__(128) unsigned char smem_raw[];
-  using Cfg = Tile<BM, BN, BK, WM, WN, STAGES, true, e4m3x2>;
-  const int tiles_m = (max_m + BM - 1) / BM, tiles_n = (N + BN - 1) / BN;
-  int tm, tn;
-  tile_of(blockIdx.x, tiles_m, tiles_n, tm, tn);
-  const long long e = blockIdx.z;
-  const int valid = min(max(masked_m[e], 0), max_m);
-  const int m0 = tm * BM, n0 = tn * BN;
-  O* De = D + e * max_m * N;
-  if (m0 >= valid) return zero_tile<BM, BN>(De, m0, n0, max_m, N, ldd, Cfg::kThreads);
-  const int rows = min(BM, valid - m0);
-  Cfg tile;
-  tile.run(reinterpret_cast<e4m3x2*>(smem_raw), A + e * strideA, B + e * strideB, m0, rows, n0, N, K, lda, ldb);
-  tile.template store_scaled<BIAS>(De, BIAS ? bias + e * N : bias, sa + e * max_m, sb + e * N, m0, rows, n0, N, ldd);
-  zero_tile<BM, BN>(De, m0 + rows, n0, min(m0 + BM, max_m), N, ldd, Cfg::kThreads);
+// D[r, c] = acc * sa[r] * sb[c] (+ bias[c]), rounded once to O: the fp8
+// products' epilogue (sa: the scales of A's rows from m0, sb: of B's rows, the output columns).
+template <bool BIAS, class Tl, class O>
+__device__ __forceinline__ void store_scaled(const Tl& tile, O* D, const O* bias, const float* __restrict__ sa,
+                                             const float* __restrict__ sb, int m0, int rows, int n0, int N, long long ldd) {
+  const bool pairs = pair_stores(D, ldd);
+  tile.each_pair([&](int r, int c, float v0, float v1) {
+    c += n0;
+    if (r >= rows || c >= N) return;
+    const float s = sa[m0 + r];
+    v0 *= s * sb[c], v1 = c + 1 < N ? v1 * s * sb[c + 1] : 0.0f;
+    store_pair<Positive, BIAS, false>(D, bias, static_cast<const O*>(nullptr), m0, rows, r, c, N, ldd, 0, pairs, v0, v1);
+  });
 }
 
 // ---------------------------------------------------------------------------
-// SM 90: warpgroup MMA (wgmma.mma_async, sm_90a). A block of two consumer
-// warpgroups computes a 128 x BN tile (each warpgroup 64 x BN, BN/2 FP32
-// accumulators per thread), K advancing 64 at a time. The shared tiles are
-// the (rows, 64) tiles above, whose swizzle c ^ (r & 7) on 128-byte rows is
-// exactly wgmma's 128-byte-swizzle K-major layout (8-row atoms of 1024
-// bytes, so every stage buffer is 1024-byte aligned); B must be stored (N, K).
-// cp.async fills the stages as before; the async proxy that wgmma reads
-// through is fenced after each stage lands.
+// SM 90: warpgroup MMA (wgmma.mma_async, sm_90a), warp-specialized and
+// persistent. A block of 384 threads owns one SM and walks the tiles
+// blockIdx.x, blockIdx.x + gridDim.x, ...:
+//   a producer warpgroup (threads 256-383, setmaxnreg.dec to 40 registers)
+//     fills a STAGES-deep ring of shared-memory stages with cp.async, running
+//     up to STAGES - 1 stages ahead, into the next tile while the consumers
+//     still store the last one;
+//   two consumer warpgroups (threads 0-255, setmaxnreg.inc to 232: 128 * 40
+//     + 256 * 232 <= 65536) each compute 64 rows x BN of a 128 x BN tile
+//     (BN/2 FP32 accumulators a thread), K 64 a stage (64 carriers for e4m3,
+//     128 values), then run the epilogue.
+// A stage holds Tile's (rows, 64) tiles of A and B (stored (N, K)); their
+// swizzle c ^ (r & 7) on 128-byte rows is exactly wgmma's 128-byte-swizzle
+// K-major layout (8-row atoms of 1024 bytes, so every stage is 1024-byte
+// aligned).
+//
+// Handshakes, per stage s; `it` counts the K blocks of all of this block's
+// tiles, use k = it / STAGES:
+//   full[s] (count 128): every producer thread cp.asyncs its chunks of K
+//     block it, then cp.async.mbarrier.arrive.noinc (fires once they have
+//     landed). Consumers try_wait.parity(full[s], k & 1), then
+//     fence.proxy.async (generic-proxy writes -> mbarrier -> wait -> fence ->
+//     wgmma reads).
+//   empty[s] (count 256): once wait_group retired the wgmmas that read K
+//     block it (wait_group 1 after issuing it + 1, or 0 at a tile's end),
+//     every consumer thread arrives on its stage; when a tile's rows end
+//     within the first 64, the second warpgroup has nothing to compute and
+//     the first arrives twice as much. The producer waits
+//     try_wait.parity(empty[s], (k - 1) & 1) before reusing s.
+// The barriers sit after the stages; mbarrier.init by thread 0, fence, then
+// the one block-wide barrier. The producer exits when its loads have landed,
+// so the epilogues run on the consumers only (kWorkers threads).
 
-// A K-major, 128-byte-swizzled shared operand: start address, 1024 bytes
-// between 8-row groups, swizzle mode 1 (128B).
-__device__ __forceinline__ unsigned long long sw128_desc(const void* p) {
-  return (unsigned long long)((smem_addr(p) & 0x3FFFF) >> 4) | ((unsigned long long)(1024 >> 4) << 32) | (1ull << 62);
+// Rows [0, ROWS) of a (rows, 64) swizzled stage tile at shared address s
+// from g (row stride ld), by the producer's 128 threads in few registers:
+// thread t moves chunk t % 8 of rows t / 8 + 16 i, one pointer and one shared
+// address stepped per pass. Rows from `valid` on, and the chunk when !kok
+// (past K), are zero-filled.
+template <int ROWS, class T>
+__device__ __forceinline__ void ws_load(unsigned s, const T* g, long long ld, int valid, bool kok, int t) {
+  const int r0 = t >> 3, c = t & 7;
+  const T* p = g + r0 * ld + c * 8;
+  unsigned d = s + r0 * 128 + ((c ^ (r0 & 7)) << 4);  // r0 + 16 i keeps r & 7
+  int left = valid - r0;
+#pragma unroll 4
+  for (int i = 0; i < ROWS / 16; ++i) {
+    const bool ok = kok && left > 0;
+    cp_async16(d, ok ? p : g, ok);
+    p += 16 * ld, d += 16 * 128, left -= 16;
+  }
 }
 
-// d (64 x N, FP32) += A (64 x 16) B (16 x N), both from shared memory; TY is the
-// PTX type of both operands (bf16 or f16).
-#define PGK_WGMMA_M64N128K16(TY)                                                         \
+// d (64 x N, FP32) += A (64 x k) B (k x N), both from shared memory; INSTR
+// is the shape and the operand types, TAIL the immediates after scale-d
+// (scale-a, scale-b and, for 16-bit types, the two transposes: none here).
+#define PGK_WGMMA_N128(INSTR, TAIL)                                                         \
   asm volatile(                                                                      \
       "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"                                   \
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32." TY "." TY " {"                   \
+      "wgmma.mma_async.sync.aligned." INSTR " {"                   \
       "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15," \
       "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31," \
       "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47," \
       "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63" \
-      "}, %64, %65, p, 1, 1, 0, 0;\n}\n"                                         \
+      "}, %64, %65, p" TAIL ";\n}\n"                                         \
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
         "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
         "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
@@ -449,10 +356,10 @@ __device__ __forceinline__ unsigned long long sw128_desc(const void* p) {
         "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
         "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]) \
       : "l"(da), "l"(db), "r"(1))
-#define PGK_WGMMA_M64N256K16(TY)                                                         \
+#define PGK_WGMMA_N256(INSTR, TAIL)                                                         \
   asm volatile(                                                                      \
       "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"                                   \
-      "wgmma.mma_async.sync.aligned.m64n256k16.f32." TY "." TY " {"                   \
+      "wgmma.mma_async.sync.aligned." INSTR " {"                   \
       "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15," \
       "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31," \
       "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47," \
@@ -461,7 +368,7 @@ __device__ __forceinline__ unsigned long long sw128_desc(const void* p) {
       "%80,%81,%82,%83,%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95," \
       "%96,%97,%98,%99,%100,%101,%102,%103,%104,%105,%106,%107,%108,%109,%110,%111," \
       "%112,%113,%114,%115,%116,%117,%118,%119,%120,%121,%122,%123,%124,%125,%126,%127" \
-      "}, %128, %129, p, 1, 1, 0, 0;\n}\n"                                         \
+      "}, %128, %129, p" TAIL ";\n}\n"                                         \
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
         "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
         "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
@@ -480,119 +387,328 @@ __device__ __forceinline__ unsigned long long sw128_desc(const void* p) {
         "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127]) \
       : "l"(da), "l"(db), "r"(1))
 
+// One k step of wgmma: k16 for bf16 / f16, k32 for e4m3 (32 bytes of each row either way).
 template <int N, class T>
-__device__ __forceinline__ void wgmma_k16(float (&d)[N / 2], unsigned long long da, unsigned long long db) {
+__device__ __forceinline__ void wgmma_step(float (&d)[N / 2], unsigned long long da, unsigned long long db) {
   static_assert(N == 128 || N == 256, "wgmma tiles are 128 or 256 wide here");
-  if constexpr (N == 128 && is_same<T, bfloat16>::value) PGK_WGMMA_M64N128K16("bf16");
-  else if constexpr (N == 128) PGK_WGMMA_M64N128K16("f16");
-  else if constexpr (is_same<T, bfloat16>::value) PGK_WGMMA_M64N256K16("bf16");
-  else PGK_WGMMA_M64N256K16("f16");
+  constexpr bool kN128 = N == 128;
+  if constexpr (is_same<T, e4m3x2>::value) {
+    if constexpr (kN128) PGK_WGMMA_N128("m64n128k32.f32.e4m3.e4m3", ", 1, 1");
+    else PGK_WGMMA_N256("m64n256k32.f32.e4m3.e4m3", ", 1, 1");
+  } else if constexpr (is_same<T, bfloat16>::value) {
+    if constexpr (kN128) PGK_WGMMA_N128("m64n128k16.f32.bf16.bf16", ", 1, 1, 0, 0");
+    else PGK_WGMMA_N256("m64n256k16.f32.bf16.bf16", ", 1, 1, 0, 0");
+  } else {
+    if constexpr (kN128) PGK_WGMMA_N128("m64n128k16.f32.f16.f16", ", 1, 1, 0, 0");
+    else PGK_WGMMA_N256("m64n256k16.f32.f16.f16", ", 1, 1, 0, 0");
+  }
 }
-#undef PGK_WGMMA_M64N128K16
-#undef PGK_WGMMA_M64N256K16
-
-__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
-__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+#undef PGK_WGMMA_N128
+#undef PGK_WGMMA_N256
 
 template <int BN, int STAGES, class T>
-struct WgTile {
-  static constexpr int BM = 128, BK = 64, kThreads = 256;
-  static_assert(STAGES >= 3, "two stages in flight besides the one being read");
-  using Cfg = Tile<BM, BN, BK, 2, 4, STAGES, true, T>;  // its loader: 256 threads, (rows, 64) swizzled tiles
-  static constexpr int kSmemBytes = Cfg::kSmemBytes;
+struct WsTile {
+  using Elem = T;
+  static constexpr int kBM = 128, kBN = BN, BK = 64, kWorkers = 256, kThreads = kWorkers + 128;
+  static_assert(STAGES >= 2, "a stage being read and one being filled");
+  static constexpr int kStageA = kBM * BK * 2, kStage = (kBM + BN) * BK * 2;  // bytes
+  static constexpr int kSmemBytes = STAGES * kStage + 16 * STAGES;
 
   float acc[BN / 2];
 
-  // The whole K loop for the tile at (m0, n0); `rows` of A from m0 are valid.
-  // One group of wgmmas stays in flight while the next is issued, so the
-  // stage being refilled is the one two behind: STAGES - 2 stages are in
-  // flight from global memory.
-  __device__ __forceinline__ void run(unsigned char* smem, const T* A, const T* B, int m0, int rows, int n0, int N, int K,
-                                      long long lda, long long ldb) {
-    T* sA = reinterpret_cast<T*>(smem);
-    T* sB = sA + STAGES * Cfg::kStageA;
-    const int wg = threadIdx.x >> 7;  // this warpgroup's 64 rows of the tile
-#pragma unroll
-    for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
-    const int KT = (K + BK - 1) / BK;
-#pragma unroll
-    for (int s = 0; s < STAGES - 2; ++s) {
-      if (s < KT) Cfg::load(sA + s * Cfg::kStageA, sB + s * Cfg::kStageB, A, B, m0, rows, n0, N, K, lda, ldb, s);
-      cp_async_commit();
+  // job(t) -> Job<T> for every tile t of this block; epi(job, *this) on the
+  // consumers once the tile's accumulators are final (zeros when rows < 1).
+  template <class JobF, class EpiF>
+  __device__ __forceinline__ void for_tiles(unsigned char* smem, int tiles, int N, int K, long long lda, long long ldb,
+                                            JobF&& job, EpiF&& epi) {
+    const unsigned base = smem_addr(smem), full = base + STAGES * kStage, empty = full + 8 * STAGES;
+    if (threadIdx.x == 0) {
+      for (int s = 0; s < STAGES; ++s) mbar_init(full + 8 * s, kThreads - kWorkers), mbar_init(empty + 8 * s, kWorkers);
+      fence_mbarrier_init();
     }
-    for (int kt = 0; kt < KT; ++kt) {
-      cp_async_wait<STAGES - 3>();
-      fence_proxy_async();  // this thread's cp.async writes, visible to wgmma's async proxy
-      __syncthreads();      // ... and everyone's; the wgmmas of stage kt - 2 are complete (waited below)
-      const int next = kt + STAGES - 2;
-      if (next < KT) {
-        const int w = next % STAGES;
-        Cfg::load(sA + w * Cfg::kStageA, sB + w * Cfg::kStageB, A, B, m0, rows, n0, N, K, lda, ldb, next);
+    __syncthreads();
+    const int KT = (K + BK - 1) / BK;
+    if (threadIdx.x >= kWorkers) {
+      asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
+      const int t = threadIdx.x - kWorkers;
+      int it = 0;
+      for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+        const Job<T> j = job(tile);
+        if (j.rows < 1) continue;
+        const T* a = j.a + (long long)j.m0 * lda;
+        const T* b = j.b + (long long)j.n0 * ldb;
+        for (int kt = 0; kt < KT; ++kt, ++it) {
+          const int s = it % STAGES, k0 = kt * BK;
+          if (it >= STAGES) mbar_wait(empty + 8 * s, (it / STAGES - 1) & 1);
+          const bool kok = k0 + (t & 7) * 8 < K;
+          ws_load<kBM>(base + s * kStage, a + k0, lda, j.rows, kok, t);
+          ws_load<BN>(base + s * kStage + kStageA, b + k0, ldb, N - j.n0, kok, t);
+          cp_async_mbar_arrive_noinc(full + 8 * s);
+        }
       }
-      cp_async_commit();
-      const int s = kt % STAGES;
-      const unsigned long long da = sw128_desc(sA + s * Cfg::kStageA + wg * 64 * BK), db = sw128_desc(sB + s * Cfg::kStageB);
+      cp_async_wait<0>();
+      asm volatile("exit;\n");  // no copy in flight; the epilogues are the consumers' (under their register budget)
+    }
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
+    const int wg = threadIdx.x >> 7;  // this warpgroup's 64 rows of the tile
+    int it = 0;
+    // Issue K block it once it landed; on return only its wgmmas may still run.
+    auto mma = [&](int it) {
+      const int s = it % STAGES;
+      mbar_wait(full + 8 * s, (it / STAGES) & 1);
+      fence_proxy_async();
+      const unsigned st = base + s * kStage;
+      const unsigned long long da = sw128_desc(st + wg * 64 * 128, 0, 1024), db = sw128_desc(st + kStageA, 0, 1024);
       wgmma_fence();
 #pragma unroll
-      for (int k = 0; k < BK / 16; ++k) wgmma_k16<BN, T>(acc, da + 2 * k, db + 2 * k);  // +32 bytes per k16
+      for (int k = 0; k < BK / 16; ++k) wgmma_step<BN, T>(acc, da + 2 * k, db + 2 * k);  // +32 bytes a step
       wgmma_commit();
       wgmma_wait<1>();
+    };
+    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+      const Job<T> j = job(tile);
+#pragma unroll
+      for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
+      if (j.rows > 0) {
+        const unsigned n = j.rows > 64 ? 1 : 2;  // arrivals a thread: for both warpgroups when the second has no rows
+        // No branch may sit between a wgmma's issue and its wait (ptxas would
+        // serialize the wgmmas, C7515): the arrivals are unconditional, the
+        // first K block peeled.
+        if (wg * 64 < j.rows && KT > 0) {
+          mma(it);
+          for (int kt = 1; kt < KT; ++kt) {
+            mma(it + kt);
+            mbar_arrive(empty + 8 * ((it + kt - 1) % STAGES), n);
+          }
+          wgmma_wait<0>();
+          mbar_arrive(empty + 8 * ((it + KT - 1) % STAGES), n);
+        }
+        // An idle warpgroup waits here for the tile's end: running ahead to
+        // the next tile's K blocks, it could wait on full[s] two uses early,
+        // whose parity a phase behind already shows as complete.
+        named_sync(1, kWorkers);
+        it += KT;
+      }
+      epi(j, *this);
     }
-    wgmma_wait<0>();
-    cp_async_wait<0>();
   }
 
   // acc[j * 4 + h * 2 + {0, 1}]: row (warp % 4) * 16 + lane / 4 + 8h of the
   // warpgroup's 64, columns 8j + 2 (lane % 4) + {0, 1}.
-  template <class Act, bool BIAS, bool RES>
-  __device__ __forceinline__ void store(T* D, const T* bias, const T* R, int m0, int rows, int n0, int N, long long ldd,
-                                        long long ldr) const {
+  template <class F>
+  __device__ __forceinline__ void each_pair(F&& f) const {
     const int lane = threadIdx.x & 31, r0 = (threadIdx.x >> 7) * 64 + ((threadIdx.x >> 5) & 3) * 16 + (lane >> 2);
-    const bool pairs = pair_stores(D, ldd);
 #pragma unroll
     for (int j = 0; j < BN / 8; ++j)
 #pragma unroll
-      for (int h = 0; h < 2; ++h)
-        store_pair<Act, BIAS, RES>(D, bias, R, m0, rows, r0 + h * 8, n0 + j * 8 + (lane & 3) * 2, N, ldd, ldr, pairs,
-                                   acc[j * 4 + h * 2], acc[j * 4 + h * 2 + 1]);
+      for (int h = 0; h < 2; ++h) f(r0 + h * 8, j * 8 + (lane & 3) * 2, acc[j * 4 + h * 2], acc[j * 4 + h * 2 + 1]);
   }
 };
 
-template <int BN, int STAGES, class T, class Act, bool BIAS, bool RES>
-__global__ void __launch_bounds__(256, 1)
-gemm_wgmma(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ D, const T* __restrict__ bias,
-           const T* __restrict__ R, int M, int N, int K, long long lda, long long ldb, long long ldd, long long ldr,
-           long long strideA, long long strideB, long long strideD, long long strideR) {
-  extern __shared__ __align__(1024) unsigned char smem_raw[];
-  using W = WgTile<BN, STAGES, T>;
-  const int tiles_m = (M + W::BM - 1) / W::BM, tiles_n = (N + BN - 1) / BN;
-  int tm, tn;
-  tile_of(blockIdx.x, tiles_m, tiles_n, tm, tn);
-  const long long z = blockIdx.z;
-  const int m0 = tm * W::BM, n0 = tn * BN, rows = min(W::BM, M - m0);
-  W tile;
-  tile.run(smem_raw, A + z * strideA, B + z * strideB, m0, rows, n0, N, K, lda, ldb);
-  tile.template store<Act, BIAS, RES>(D + z * strideD, bias, R + (RES ? z * strideR : 0), m0, rows, n0, N, ldd, ldr);
+// ---------------------------------------------------------------------------
+// Block scheduling.
+
+// The tile (tm, tn) of block b in an L2-friendly order over a tiles_m x tiles_n grid.
+__device__ __forceinline__ void tile_of(int b, int tiles_m, int tiles_n, int& tm, int& tn) {
+  const int per_group = kGroupM * tiles_n;
+  const int first = (b / per_group) * kGroupM;
+  const int size = min(tiles_m - first, kGroupM);
+  tm = first + (b % per_group) % size;
+  tn = (b % per_group) / size;
 }
 
-// The contiguous mixture-of-experts layout (see grouped_tc) on warpgroups.
-template <int BN, int STAGES, class T, class Act, bool BIAS, bool RES>
-__global__ void __launch_bounds__(256, 1)
-grouped_wgmma(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ D, const T* __restrict__ bias,
-              const T* __restrict__ R, const int* __restrict__ offs, int E, int M, int N, int K, long long lda,
-              long long ldb, long long ldd, long long ldr, long long strideB, long long strideBias) {
-  extern __shared__ __align__(1024) unsigned char smem_raw[];
-  using W = WgTile<BN, STAGES, T>;
+// Mixture-of-experts, contiguous layout. Expert e's row tiles times the
+// column tiles are a run of tiles, visited in tile_of's order within the run,
+// so the row tiles of an expert that share a column panel of its weight run
+// side by side and the weight is read from DRAM once. There are as many row
+// tiles as possible (ceil(M / BM) + E); the spare ones write zeros over the
+// rows no expert owns ([offs[E-1], M)), of which there are never more tiles
+// than spare row tiles. offs is read clamped to a non-decreasing sequence in
+// [0, M], so no offsets can make a block read out of bounds.
+struct GroupTile {
+  int e, m0, rows, n0;  // rows < 0: a spare tile, whose zero rows start at m0
+};
+
+template <int BM, int BN>
+__device__ __forceinline__ GroupTile group_tile(int b, const int* __restrict__ offs, int E, int M, int N) {
   const int tiles_n = (N + BN - 1) / BN;
-  const int n0 = (blockIdx.x % tiles_n) * BN;
-  const GroupTile g = group_tile<W::BM>(blockIdx.x / tiles_n, offs, E, M);
-  if (g.rows < 0) return zero_tile<W::BM, BN>(D, g.m0, n0, M, N, ldd, W::kThreads);
-  W tile;
-  tile.run(smem_raw, A, B + g.e * strideB, g.m0, g.rows, n0, N, K, lda, ldb);
-  tile.template store<Act, BIAS, RES>(D, BIAS ? bias + g.e * strideBias : bias, R, g.m0, g.rows, n0, N, ldd, ldr);
+  int start = 0, seen = 0;  // seen: the tiles of the experts before e
+  for (int e = 0; e < E; ++e) {  // offs is tiny and the same for every block: cache hits
+    const int end = min(max(offs[e], start), M);
+    const int tiles = (end - start + BM - 1) / BM;
+    if (b < seen + tiles * tiles_n) {
+      int tm, tn;
+      tile_of(b - seen, tiles, tiles_n, tm, tn);
+      const int m0 = start + tm * BM;
+      return {e, m0, min(BM, end - m0), tn * BN};
+    }
+    seen += tiles * tiles_n;
+    start = end;
+  }
+  const int spare = b - seen;
+  return {0, start + spare / tiles_n * BM, -1, spare % tiles_n * BN};
+}
+
+// Zeros over rows [m0, min(m0 + BM, M)) and columns [n0, n0 + BN) of D, by `threads` threads.
+template <int BM, int BN, class T>
+__device__ __forceinline__ void zero_tile(T* D, int m0, int n0, int M, int N, long long ldd, int threads) {
+  for (int i = threadIdx.x; i < BM * BN; i += threads) {
+    const int r = m0 + i / BN, c = n0 + i % BN;
+    if (r < M && c < N) D[r * ldd + c] = T(0.0f);
+  }
+}
+
+// The tiles of a launch, numbered along one grid axis. A strided batch of
+// dense products (M, N) (one product: strides 0): tile t of entry z = t / per.
+template <int BM, int BN, class T>
+__device__ __forceinline__ Job<T> dense_job(int t, int M, int N, const T* A, const T* B, long long strideA, long long strideB) {
+  const int tiles_m = (M + BM - 1) / BM, tiles_n = (N + BN - 1) / BN, per = tiles_m * tiles_n;
+  int tm, tn;
+  tile_of(t % per, tiles_m, tiles_n, tm, tn);
+  const int z = t / per;
+  return Job<T>{A + z * strideA, B + z * strideB, tm * BM, min(BM, M - tm * BM), tn * BN, z};
+}
+
+// The contiguous layout: group_tile's tile t (spare tiles: rows < 0, z = 0).
+template <int BM, int BN, class T>
+__device__ __forceinline__ Job<T> grouped_job(int t, const int* __restrict__ offs, int E, int M, int N, const T* A, const T* B,
+                                              long long strideB) {
+  const GroupTile g = group_tile<BM, BN>(t, offs, E, M, N);
+  return Job<T>{A, B + g.e * strideB, g.m0, g.rows, g.n0, g.e};
+}
+
+// The masked layout: tile t of expert z = t / per, with its own A and B; rows
+// past masked_m[z] (clamped to [0, max_m]) are left out (rows < 1: none left).
+template <int BM, int BN, class T>
+__device__ __forceinline__ Job<T> masked_job(int t, const int* __restrict__ masked_m, int max_m, int N, const T* A, const T* B,
+                                             long long strideA, long long strideB) {
+  const int tiles_m = (max_m + BM - 1) / BM, tiles_n = (N + BN - 1) / BN, per = tiles_m * tiles_n;
+  int tm, tn;
+  tile_of(t % per, tiles_m, tiles_n, tm, tn);
+  const int z = t / per, valid = min(max(masked_m[z], 0), max_m);
+  return Job<T>{A + z * strideA, B + z * strideB, tm * BM, min(BM, valid - tm * BM), tn * BN, z};
+}
+
+template <int BM, int BN>
+__host__ __device__ constexpr int tiles_of(int rows, int N) {
+  return ((rows + BM - 1) / BM) * ((N + BN - 1) / BN);
+}
+
+// ---------------------------------------------------------------------------
+// Entry points; Tl is Tile<...> (one tile a block, the grid has one block a
+// tile) or WsTile<...> (persistent: the grid has at most one block an SM), T
+// its element type. The first argument of for_tiles counts the launch's tiles.
+
+template <class Tl, class Act, bool BIAS, bool RES, class T = typename Tl::Elem>
+__global__ void __launch_bounds__(Tl::kThreads, 1)
+gemm(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ D, const T* __restrict__ bias, const T* __restrict__ R,
+     int batch, int M, int N, int K, long long lda, long long ldb, long long ldd, long long ldr, long long strideA,
+     long long strideB, long long strideD, long long strideR) {
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  constexpr int BM = Tl::kBM, BN = Tl::kBN;
+  Tl tile;
+  tile.for_tiles(
+      smem_raw, tiles_of<BM, BN>(M, N) * batch, N, K, lda, ldb,
+      [&](int t) { return dense_job<BM, BN>(t, M, N, A, B, strideA, strideB); },
+      [&](const Job<T>& j, const Tl& tl) {
+        const long long z = j.z;
+        store<Act, BIAS, RES>(tl, D + z * strideD, bias, R + (RES ? z * strideR : 0), j.m0, j.rows, j.n0, N, ldd, ldr);
+      });
+}
+
+// Mixture-of-experts, contiguous layout: the spare tiles write zeros.
+template <class Tl, class Act, bool BIAS, bool RES, class T = typename Tl::Elem>
+__global__ void __launch_bounds__(Tl::kThreads, 1)
+grouped(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ D, const T* __restrict__ bias,
+        const T* __restrict__ R, const int* __restrict__ offs, int E, int M, int N, int K, long long lda, long long ldb,
+        long long ldd, long long ldr, long long strideB, long long strideBias) {
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  constexpr int BM = Tl::kBM, BN = Tl::kBN;
+  Tl tile;
+  tile.for_tiles(
+      smem_raw, tiles_of<BM, BN>(M + E * BM, N), N, K, lda, ldb,
+      [&](int t) { return grouped_job<BM, BN>(t, offs, E, M, N, A, B, strideB); },
+      [&](const Job<T>& j, const Tl& tl) {
+        if (j.rows < 0) return zero_tile<BM, BN>(D, j.m0, j.n0, M, N, ldd, Tl::kWorkers);
+        store<Act, BIAS, RES>(tl, D, BIAS ? bias + j.z * strideBias : bias, R, j.m0, j.rows, j.n0, N, ldd, ldr);
+      });
+}
+
+// Mixture-of-experts, masked layout: A (E, max_m, K), D (E, max_m, N); rows
+// past masked_m are defined as zeros.
+template <class Tl, class Act, bool BIAS, bool RES, class T = typename Tl::Elem>
+__global__ void __launch_bounds__(Tl::kThreads, 1)
+masked(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ D, const T* __restrict__ bias,
+       const T* __restrict__ R, const int* __restrict__ masked_m, int E, int max_m, int N, int K, long long lda,
+       long long ldb, long long ldd, long long ldr, long long strideA, long long strideB, long long strideD,
+       long long strideR, long long strideBias) {
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  constexpr int BM = Tl::kBM, BN = Tl::kBN;
+  Tl tile;
+  tile.for_tiles(
+      smem_raw, tiles_of<BM, BN>(max_m, N) * E, N, K, lda, ldb,
+      [&](int t) { return masked_job<BM, BN>(t, masked_m, max_m, N, A, B, strideA, strideB); },
+      [&](const Job<T>& j, const Tl& tl) {
+        const long long z = j.z;
+        T* De = D + z * strideD;
+        const int rows = max(j.rows, 0);
+        if (rows) store<Act, BIAS, RES>(tl, De, BIAS ? bias + z * strideBias : bias, R + (RES ? z * strideR : 0), j.m0, rows, j.n0, N, ldd, ldr);
+        zero_tile<BM, BN>(De, j.m0 + rows, j.n0, min(j.m0 + BM, max_m), N, ldd, Tl::kWorkers);
+      });
+}
+
+// The fp8 products: A and B float8_e4m3fn, read as e4m3x2 carriers (K, lda,
+// ldb, strideA and strideB count carriers), B stored (N, K); row scales sa of
+// A's rows, column scales sb, bias and D in O. gemm_fp8 is one product
+// (scaled_mm: sa (M,), sb (N,), bias (N,)); grouped_fp8 the contiguous layout
+// (B (E, N, K), sa (M,), sb and bias (E, N)), masked_fp8 the masked one (sa
+// (E, max_m), D (E, max_m, N)).
+template <class Tl, class O, bool BIAS>
+__global__ void __launch_bounds__(Tl::kThreads, 1)
+gemm_fp8(const e4m3x2* __restrict__ A, const e4m3x2* __restrict__ B, O* __restrict__ D, const O* __restrict__ bias,
+         const float* __restrict__ sa, const float* __restrict__ sb, int M, int N, int K, long long lda, long long ldb, long long ldd) {
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  Tl tile;
+  tile.for_tiles(
+      smem_raw, tiles_of<Tl::kBM, Tl::kBN>(M, N), N, K, lda, ldb,
+      [&](int t) { return dense_job<Tl::kBM, Tl::kBN>(t, M, N, A, B, 0, 0); },
+      [&](const Job<e4m3x2>& j, const Tl& tl) { store_scaled<BIAS>(tl, D, bias, sa, sb, j.m0, j.rows, j.n0, N, ldd); });
+}
+
+template <class Tl, class O, bool BIAS>
+__global__ void __launch_bounds__(Tl::kThreads, 1)
+grouped_fp8(const e4m3x2* __restrict__ A, const e4m3x2* __restrict__ B, O* __restrict__ D, const O* __restrict__ bias,
+            const float* __restrict__ sa, const float* __restrict__ sb, const int* __restrict__ offs, int E, int M, int N, int K,
+            long long lda, long long ldb, long long ldd, long long strideB) {
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  constexpr int BM = Tl::kBM, BN = Tl::kBN;
+  Tl tile;
+  tile.for_tiles(smem_raw, tiles_of<BM, BN>(M + E * BM, N), N, K, lda, ldb,
+                 [&](int t) { return grouped_job<BM, BN>(t, offs, E, M, N, A, B, strideB); },
+                 [&](const Job<e4m3x2>& j, const Tl& tl) {
+                   if (j.rows < 0) return zero_tile<BM, BN>(D, j.m0, j.n0, M, N, ldd, Tl::kWorkers);
+                   const long long col = (long long)j.z * N;  // expert e's row of sb and bias
+                   store_scaled<BIAS>(tl, D, BIAS ? bias + col : bias, sa, sb + col, j.m0, j.rows, j.n0, N, ldd);
+                 });
+}
+
+template <class Tl, class O, bool BIAS>
+__global__ void __launch_bounds__(Tl::kThreads, 1)
+masked_fp8(const e4m3x2* __restrict__ A, const e4m3x2* __restrict__ B, O* __restrict__ D, const O* __restrict__ bias,
+           const float* __restrict__ sa, const float* __restrict__ sb, const int* __restrict__ masked_m, int E, int max_m, int N,
+           int K, long long lda, long long ldb, long long ldd, long long strideA, long long strideB) {
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  constexpr int BM = Tl::kBM, BN = Tl::kBN;
+  Tl tile;
+  tile.for_tiles(smem_raw, tiles_of<BM, BN>(max_m, N) * E, N, K, lda, ldb,
+                 [&](int t) { return masked_job<BM, BN>(t, masked_m, max_m, N, A, B, strideA, strideB); },
+                 [&](const Job<e4m3x2>& j, const Tl& tl) {
+                   const long long z = j.z;
+                   O* De = D + z * max_m * N;
+                   const int rows = max(j.rows, 0);
+                   if (rows) store_scaled<BIAS>(tl, De, BIAS ? bias + z * N : bias, sa + z * max_m, sb + z * N, j.m0, rows, j.n0, N, ldd);
+                   zero_tile<BM, BN>(De, j.m0 + rows, j.n0, min(j.m0 + BM, max_m), N, ldd, Tl::kWorkers);
+                 });
 }
 
 // dst[z][c][r] = src[z][r][c] for a (rows, cols) matrix with row stride lds
@@ -635,3 +751,4 @@ transpose_2d(const T* __restrict__ src, T* __restrict__ dst, int rows, int cols,
 }
 
 }  // namespace pgk
+

@@ -51,24 +51,13 @@
 // A row's values live in the 4 lanes t of one g: reductions are two xor
 // shuffles (1, 2), as in flash_attn.cu.
 #include "pgk/mma.cuh"
+#include "pgk/sm90.cuh"
 
 namespace pgk {
 namespace attn {
 
 __device__ __forceinline__ void wg_cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
 
-__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wgmma_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
-__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
-
-// A 128-byte-swizzled shared operand at shared address `addr` (bytes; LBO and
-// SBO in bytes as in the header). Fields: start >> 4 (bits 0-13), LBO >> 4
-// (16-29), SBO >> 4 (32-45), swizzle mode 1 = 128B (62-63).
-__device__ __forceinline__ unsigned long long sw128_desc(unsigned addr, unsigned lbo, unsigned sbo) {
-  return static_cast<unsigned long long>((addr & 0x3FFFF) >> 4) | (static_cast<unsigned long long>(lbo >> 4) << 16) |
-         (static_cast<unsigned long long>(sbo >> 4) << 32) | (1ull << 62);
-}
 
 // d (64 x N, FP32) = (scale_d ? d : 0) + A B, A (64 x 16) and B (16 x N) from
 // shared memory, both K-major; TY is the PTX type of both (bf16 or f16).
@@ -237,7 +226,7 @@ flash_fwd_wgmma(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
         wgmma_ss<BN, T>(s, da, db, kk > 0);
       }
       wgmma_commit();
-      wgmma_wait_all();
+      wgmma_wait<0>();
 
       // Mask the tile unless every row of the block sees all of its keys.
       const bool full = n0 + BN <= Lk && n0 + BN - 1 <= m0 + off + right && n0 >= m0 + BM - 1 + off - left;
@@ -296,7 +285,7 @@ flash_fwd_wgmma(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
 #pragma unroll
       for (int kk = 0; kk < BN / 16; ++kk) wgmma_rs<D, T>(o, pa[kk], sw128_desc(smem + kV + buf + kk * 2048, kPanelKV, 1024));
       wgmma_commit();
-      wgmma_wait_all();
+      wgmma_wait<0>();
     }
     wg_cp_async_wait_all();
   }
@@ -370,31 +359,8 @@ flash_fwd_wgmma(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
 //     i - 1 and waits on nothing after issuing; turns alternate, so with
 //     STAGES >= 2 nothing waits in a cycle.
 // mbarrier.init by thread 0, then fence.mbarrier_init and __syncthreads
-// (the only block-wide barrier: the producer exits the main path early).
-__device__ __forceinline__ void mbar_init(unsigned a, unsigned count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(a), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(unsigned a) {
-  asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(a) : "memory");
-}
-__device__ __forceinline__ void mbar_wait(unsigned a, unsigned parity) {
-  unsigned ok = 0;
-  do {
-    asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-                 : "=r"(ok)
-                 : "r"(a), "r"(parity)
-                 : "memory");
-  } while (!ok);
-}
-__device__ __forceinline__ void cp_async_mbar_arrive_noinc(unsigned a) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared.b64 [%0];\n" ::"r"(a) : "memory");
-}
-__device__ __forceinline__ void named_sync(int id, int n) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
-__device__ __forceinline__ void named_arrive(int id, int n) { asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
-template <int N>
-__device__ __forceinline__ void wgmma_wait() {
-  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
-}
+// (the only block-wide barrier: the producer exits the main path early);
+// the mbarrier and named-barrier helpers are pgk/sm90.cuh's.
 // Pins registers in program order relative to the volatile wgmma asm: keeps
 // the compiler from moving their reads or writes across an issue or a wait.
 template <int N>
@@ -509,7 +475,7 @@ flash_fwd_ws(const T* __restrict__ Q, const T* __restrict__ K, const T* __restri
       mbar_init(smem + kFull + 8 * i, 128);
       mbar_init(smem + kEmpty + 8 * i, 8);
     }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    fence_mbarrier_init();
   }
   __syncthreads();
 
