@@ -258,9 +258,29 @@ def test_grouped_linear_big_experts(rng, dtype):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("dtype", HALF, ids=str)
+def test_grouped_more_tiles_than_sms(rng, dtype):
+    """More tiles than an H100 has SMs, so the persistent blocks walk several
+    each, many experts' last row tiles with at most 64 rows (one warpgroup
+    computes them), K over several turns of the stage ring; contiguous and
+    masked layouts against float64."""
+    (x, w), offs, b, ref = _moe_case(rng, dtype, t=2000, e=16, n=1100, k=520)
+    assert _rel(gp.ops.grouped_linear(x, w, offs, b).to_numpy(), ref) < TOL
+    e, max_m, n, k = 40, 100, 1100, 264
+    xm = _rand(rng, (e, max_m, k), dtype)
+    wm = _rand(rng, (e, n, k), dtype)
+    masked = rng.integers(0, max_m + 1, e).astype(np.int32)
+    refm = np.zeros((e, max_m, n))
+    for i, m in enumerate(masked):
+        refm[i, :m] = xm[i, :m] @ wm[i].T
+    got = gp.ops.grouped_linear_masked(gp.from_numpy(xm.astype(dtype)), gp.from_numpy(wm.astype(dtype)), gp.from_numpy(masked))
+    assert _rel(got.to_numpy(), refm) < TOL
+
+
+@pytest.mark.gpu
 def test_grouped_kernel_edge_cases(rng):
     """Offsets past T and decreasing ones are read clamped, not out of bounds;
-    all tokens in one expert; a single token."""
+    all tokens in one expert; a single token; K = 0 (the bias alone)."""
     (x, w), _, _, _ = _moe_case(rng, gp.bfloat16, t=64, e=3, bias=False)
     xn = x.to_numpy().astype(np.float64)
     wn = w.to_numpy().astype(np.float64)
@@ -271,3 +291,17 @@ def test_grouped_kernel_edge_cases(rng):
     assert _rel(clamped, ref) < TOL
     one = gp.ops.grouped_linear(x[:1], w, gp.from_numpy(np.array([0, 0, 1], np.int32)))
     assert _rel(one.to_numpy(), xn[:1] @ wn[2].T) < TOL
+    empty_k = gp.ops.grouped_linear(
+        gp.zeros((70, 0), gp.bfloat16),
+        gp.zeros((3, 24, 0), gp.bfloat16),
+        gp.from_numpy(np.array([10, 40, 64], np.int32)),
+        gp.from_numpy(np.ones((3, 24), np.float32).astype(gp.bfloat16)),
+    ).to_numpy()
+    assert np.all(empty_k[:64] == 1) and np.all(empty_k[64:] == 0)  # K = 0: the bias alone; unowned rows zero
+    empty_km = gp.ops.grouped_linear_masked(
+        gp.zeros((3, 5, 0), gp.bfloat16),
+        gp.zeros((3, 24, 0), gp.bfloat16),
+        gp.from_numpy(np.array([1, 5, 0], np.int32)),
+        gp.from_numpy(np.ones((3, 24), np.float32).astype(gp.bfloat16)),
+    ).to_numpy()
+    assert np.all(empty_km[0, :1] == 1) and np.all(empty_km[0, 1:] == 0) and np.all(empty_km[1] == 1) and np.all(empty_km[2] == 0)

@@ -114,7 +114,9 @@ def _counts(c: gp.GPUArray) -> gp.GPUArray:
 
 def grouped_linear(x: Any, w: Any, offs: Any, bias: Any = None) -> gp.GPUArray:
     """The contiguous layout in one tensor-core launch (see the module docstring)."""
-    e, n, _ = _check(x, w, offs, bias, "grouped_linear", 2)
+    e, n, k = _check(x, w, offs, bias, "grouped_linear", 2)
+    if k == 0:  # empty sums: the bias alone (the reference, which reads offs on the host)
+        return reference(x, w, offs, bias)
     t = x.shape[0]
     out = gp.empty((t, n), x.dtype)
     if out.size == 0 or e == 0:
@@ -135,7 +137,9 @@ def grouped_linear(x: Any, w: Any, offs: Any, bias: Any = None) -> gp.GPUArray:
 
 def grouped_linear_masked(x: Any, w: Any, masked_m: Any, bias: Any = None) -> gp.GPUArray:
     """The masked layout in one tensor-core launch (see the module docstring)."""
-    e, n, _ = _check(x, w, masked_m, bias, "grouped_linear_masked", 3)
+    e, n, k = _check(x, w, masked_m, bias, "grouped_linear_masked", 3)
+    if k == 0:  # empty sums: the bias alone
+        return reference_masked(x, w, masked_m, bias)
     max_m = x.shape[1]
     out = gp.empty((e, max_m, n), x.dtype)
     if out.size == 0:
