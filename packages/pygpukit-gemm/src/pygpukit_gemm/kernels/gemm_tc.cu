@@ -294,6 +294,11 @@ __device__ __forceinline__ void store_scaled(const Tl& tile, O* D, const O* bias
 //     + 256 * 232 <= 65536) each compute 64 rows x BN of a 128 x BN tile
 //     (BN/2 FP32 accumulators a thread), K 64 a stage (64 carriers for e4m3,
 //     128 values), then run the epilogue.
+// ptxas (NVRTC 12/13) fits the producer's code into its 40 registers but
+// compiles the consumers' within the launch bound's 168 all the same: a
+// variant with three consumer warpgroups (512 threads, 160 after the
+// increase) failed with "Insufficient registers (128)". The accumulators of
+// a 64 x 256 warpgroup tile fit in 168 without spills.
 // A stage holds Tile's (rows, 64) tiles of A and B (stored (N, K)); their
 // swizzle c ^ (r & 7) on 128-byte rows is exactly wgmma's 128-byte-swizzle
 // K-major layout (8-row atoms of 1024 bytes, so every stage is 1024-byte
