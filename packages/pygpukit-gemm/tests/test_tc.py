@@ -77,7 +77,31 @@ def test_kernels_compile_for_sm80_and_sm90(tmp_path, monkeypatch):
                 assert tc._kernel("gemm", cfg, True, ct, act, bias, bias).compile(90).image[:4] == b"\x7fELF"
             for entry in ("grouped", "masked"):
                 assert tc._kernel(entry, cfg, True, ct, "pgk::Positive", True, False).compile(90).image[:4] == b"\x7fELF"
+            for entry in ("gemm", "grouped"):  # with the TMA producer
+                assert tc._kernel(entry, cfg, True, ct, "pgk::Positive", True, False, True).compile(90).image[:4] == b"\x7fELF"
             assert tc._transpose_kernel(ct).compile(80).image[:4] == b"\x7fELF"
+
+
+def test_tma_maps_or_a_clear_error(monkeypatch):
+    """Tensor maps come from the driver: 128 bytes where it encodes them, a
+    RuntimeError that names the function where it does not (no libcuda);
+    PYGPUKIT_GEMM_TMA=0 turns the TMA producer off (tc.tma_maps gives None)."""
+    from pygpukit_gemm import tma
+
+    if tma._encoder() is None:
+        assert not tma.available()
+        with pytest.raises(RuntimeError, match="cuTensorMapEncodeTiled"):
+            tma.encode_2d(0, 64, 64, 128, 64)
+    else:
+        x = gp.zeros((300, 200), gp.bfloat16)
+        m = tma.encode_2d(x.data_ptr, 200, 300, 400, 128)
+        assert len(m) == 128 and any(m)
+        with pytest.raises(RuntimeError, match="box rows 300"):
+            tma.encode_2d(x.data_ptr, 200, 300, 400, 300)  # a box is at most 256 rows
+        assert tma.maps((x.data_ptr, 200, 300, 400, 128)).nbytes == 128
+    monkeypatch.setenv("PYGPUKIT_GEMM_TMA", "0")
+    assert not tma.available()
+    assert tc.tma_maps(tc.WGMMA_CONFIGS[0], (0, 8, 16), (0, 8, 16), 8) is None
 
 
 def _moe_case(rng, dtype, t=300, e=5, n=72, k=40, bias=True):

@@ -103,7 +103,7 @@ def kernel_dtypes(x: Any, w: Any, *args: Any, **kwargs: Any) -> bool:
     return x.dtype == w.dtype and x.dtype in tc.DTYPES
 
 
-_GROUPED = struct.Struct("@PPPPPPiiiiqqqqqq")
+_GROUPED = struct.Struct("@PPPPPPiiiiqqqqqqP")
 _MASKED = struct.Struct("@PPPPPPiiiiqqqqqqqqq")
 
 
@@ -125,10 +125,13 @@ def grouped_linear(x: Any, w: Any, offs: Any, bias: Any = None) -> gp.GPUArray:
     cfg = tc.config_for(max(1, t // e), n, e, grouped=True)
     A, B = tc.operand_a(x), tc.operand_b(w.swapaxes(1, 2), nk_only=cfg.wgmma)
     b_ = tc._epilogue_vector(bias, x.dtype)
-    kernel = tc._kernel("grouped", cfg, B.nk, tc._CTYPE[x.dtype], tc.ACTIVATIONS[None], b_ is not None, False)
+    maps = None
+    if B.batch_stride == n * B.ld:  # the experts' weights as one stack of rows
+        maps = tc.tma_maps(cfg, (A.array.data_ptr, t, A.ld * 2), (B.array.data_ptr, e * n, B.ld * 2), A.array.shape[-1])
+    kernel = tc._kernel("grouped", cfg, B.nk, tc._CTYPE[x.dtype], tc.ACTIVATIONS[None], b_ is not None, False, maps is not None)
     params = _GROUPED.pack(
         A.array.data_ptr, B.array.data_ptr, out.data_ptr, 0 if b_ is None else b_.data_ptr, 0, _counts(offs).data_ptr,
-        e, t, n, A.array.shape[-1], A.ld, B.ld, n, 0, B.batch_stride, n,
+        e, t, n, A.array.shape[-1], A.ld, B.ld, n, 0, B.batch_stride, n, 0 if maps is None else maps.data_ptr,
     )  # fmt: skip
     row_tiles = -(-t // cfg.bm) + e  # every expert may end in a partial tile
     tc._launch(tc._function(kernel, cfg), row_tiles * -(-n // cfg.bn), cfg, params)
@@ -160,7 +163,7 @@ def grouped_linear_masked(x: Any, w: Any, masked_m: Any, bias: Any = None) -> gp
 
 FP8 = (np.dtype(gp.float8_e4m3fn), np.dtype(gp.float8_e5m2))
 OUT_DTYPES = (np.dtype(gp.bfloat16), np.dtype(gp.float16), np.dtype(np.float32))
-_GROUPED_FP8 = struct.Struct("@PPPPPPPiiiiqqqq")
+_GROUPED_FP8 = struct.Struct("@PPPPPPPiiiiqqqqP")
 _MASKED_FP8 = struct.Struct("@PPPPPPPiiiiqqqqq")
 
 
@@ -241,11 +244,12 @@ def grouped_scaled_linear(x: Any, x_scale: Any, w: Any, w_scale: Any, offs: Any,
         return out
     xs, ws, b = _scaled_operands(x_scale, w_scale, bias, out_dt)
     cfg = tc.config_for(max(1, t // e), n, e, grouped=True)
-    kernel = tc.fp8_kernel("grouped_fp8", cfg, tc._CTYPE[out_dt], bias is not None)
+    maps = tc.tma_maps(cfg, (x.data_ptr, t, k), (w.data_ptr, e * n, k), k // 2)
+    kernel = tc.fp8_kernel("grouped_fp8", cfg, tc._CTYPE[out_dt], bias is not None, maps is not None)
     counts = _counts(offs)
     params = _GROUPED_FP8.pack(
         x.data_ptr, w.data_ptr, out.data_ptr, 0 if b is None else b.data_ptr, xs.data_ptr, ws.data_ptr, counts.data_ptr, e, t, n, k // 2, k // 2, k // 2, n,
-        n * k // 2,
+        n * k // 2, 0 if maps is None else maps.data_ptr,
     )  # fmt: skip
     row_tiles = -(-t // cfg.bm) + e  # every expert may end in a partial tile
     tc._launch(tc._function(kernel, cfg), row_tiles * -(-n // cfg.bn), cfg, params)

@@ -172,7 +172,7 @@ def scaled_mm(a: Any, b: Any, scale_a: Any, scale_b: Any, out_dtype: Any = gp.bf
 
 # -- the own kernel ---------------------------------------------------------------------------
 
-_MMA_PARAMS = struct.Struct("@PPPPPPiiiqqq")
+_MMA_PARAMS = struct.Struct("@PPPPPPiiiqqqP")
 
 
 def fits_own_kernel(a: Any, b: Any, scale_a: Any = None, scale_b: Any = None, out_dtype: Any = gp.bfloat16, bias: Any = None) -> bool:
@@ -210,9 +210,11 @@ def scaled_mm_mma(a: Any, b: Any, scale_a: Any, scale_b: Any, out_dtype: Any = g
     bias_ = tc._epilogue_vector(bias, out)
     y = gp.empty((m, n), out)
     cfg = tc.config_for(m, n, 1)
-    kernel = tc.fp8_kernel("gemm_fp8", cfg, tc._CTYPE[out], bias_ is not None)
+    maps = tc.tma_maps(cfg, (a.data_ptr, m, k), (bt.data_ptr, n, k), k // 2)
+    kernel = tc.fp8_kernel("gemm_fp8", cfg, tc._CTYPE[out], bias_ is not None, maps is not None)
     params = _MMA_PARAMS.pack(
-        a.data_ptr, bt.data_ptr, y.data_ptr, 0 if bias_ is None else bias_.data_ptr, sa.data_ptr, sb.data_ptr, m, n, k // 2, k // 2, k // 2, n
+        a.data_ptr, bt.data_ptr, y.data_ptr, 0 if bias_ is None else bias_.data_ptr, sa.data_ptr, sb.data_ptr, m, n, k // 2, k // 2, k // 2, n,
+        0 if maps is None else maps.data_ptr,
     )  # fmt: skip
     tc._launch(tc._function(kernel, cfg), -(-m // cfg.bm) * -(-n // cfg.bn), cfg, params)
     return y

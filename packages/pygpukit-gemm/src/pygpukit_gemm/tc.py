@@ -3,9 +3,10 @@ and float16 products on SM 80+ with FP32 accumulation and a fused epilogue
 (bias, activation, residual), for ``matmul``, ``linear``, ``fused_linear`` and
 the mixture-of-experts grouped products.
 
-On SM 90 the kernel is the warpgroup one (wgmma, compiled for sm_90a),
-which reads B stored (N, K) (a (K, N) B is copied so first); elsewhere the
-mma.sync one. Heuristics: a tile config is chosen per (M, N, batch, SM count) by the
+On SM 90 the kernel is the warpgroup one (wgmma, compiled for sm_90a;
+warp-specialized and persistent, its producer on TMA where the driver
+encodes tensor maps: ``tma.py``), which reads B stored (N, K) (a (K, N) B is
+copied so first); elsewhere the mma.sync one. Heuristics: a tile config is chosen per (M, N, batch, SM count) by the
 estimated time of its waves, as DeepGEMM does: ``waves * blocks per SM * BM *
 BN / throughput``, where a config's relative throughput per SM was measured on
 an H100 (bigger tiles reuse each loaded byte more). ``PYGPUKIT_GEMM_CONFIG``
@@ -34,7 +35,7 @@ from pygpukit import _runtime
 from pygpukit.linalg import linear_shapes, matmul_shapes
 from pygpukit.streams import current_stream_handle
 
-from . import epilogue
+from . import epilogue, tma
 from .cublaslt import OP_N, operand_layout
 
 DTYPES = (np.dtype(gp.bfloat16), np.dtype(gp.float16))
@@ -117,11 +118,11 @@ def _source() -> str:
         return f.read()
 
 
-def tile_expr(cfg: Config, b_nk: bool, ctype: str) -> str:
+def tile_expr(cfg: Config, b_nk: bool, ctype: str, tma: bool = False) -> str:
     """The main loop of ``cfg`` as a template argument of the entry points
     (``WsTile`` for the warpgroup configs, ``Tile`` for the mma.sync ones)."""
     if cfg.wgmma:
-        return f"pgk::WsTile<{cfg.bn}, {cfg.stages}, {ctype}>"
+        return f"pgk::WsTile<{cfg.bn}, {cfg.stages}, {ctype}, {str(tma).lower()}>"
     return f"pgk::Tile<{cfg.bm}, {cfg.bn}, {cfg.bk}, {cfg.wm}, {cfg.wn}, {cfg.stages}, {str(b_nk).lower()}, {ctype}>"
 
 
@@ -130,35 +131,47 @@ def _jit(entry: str, cfg: Config, args: str) -> Any:
 
 
 @cache
-def _kernel(entry: str, cfg: Config, b_nk: bool, ctype: str, act: str, bias: bool, res: bool) -> Any:
-    """The 16-bit kernel ``entry`` ("gemm", "grouped" or "masked") on cfg's main loop."""
-    return _jit(entry, cfg, f"{tile_expr(cfg, b_nk, ctype)}, {act}, {str(bias).lower()}, {str(res).lower()}")
+def _kernel(entry: str, cfg: Config, b_nk: bool, ctype: str, act: str, bias: bool, res: bool, tma: bool = False) -> Any:
+    """The 16-bit kernel ``entry`` ("gemm", "grouped" or "masked") on cfg's main
+    loop (``tma``: WsTile's TMA producer, "grouped" only)."""
+    return _jit(entry, cfg, f"{tile_expr(cfg, b_nk, ctype, tma)}, {act}, {str(bias).lower()}, {str(res).lower()}")
 
 
 @cache
-def fp8_kernel(entry: str, cfg: Config, out_ctype: str, bias: bool) -> Any:
+def fp8_kernel(entry: str, cfg: Config, out_ctype: str, bias: bool, tma: bool = False) -> Any:
     """The fp8 kernel ``entry`` ("gemm_fp8", "grouped_fp8" or "masked_fp8", SM 89+; on
-    the warpgroup main loop for a wgmma config, SM 90)."""
-    return _jit(entry, cfg, f"{tile_expr(cfg, True, 'pgk::e4m3x2')}, {out_ctype}, {str(bias).lower()}")
+    the warpgroup main loop for a wgmma config, SM 90; ``tma``: its TMA producer)."""
+    return _jit(entry, cfg, f"{tile_expr(cfg, True, 'pgk::e4m3x2', tma)}, {out_ctype}, {str(bias).lower()}")
+
+
+def tma_maps(cfg: Config, a: tuple[int, int, int], b: tuple[int, int, int], k: int) -> gp.GPUArray | None:
+    """The tensor maps of A and B for WsTile's TMA producer, or None where it
+    does not run (not a warpgroup config, or no maps from this driver). a and
+    b: (pointer, rows, bytes between rows) of the operands stacked as 2-D
+    arrays of k 16-bit elements a row (fp8: k carriers)."""
+    if not (cfg.wgmma and tma.available()):
+        return None
+    return tma.maps((a[0], k, a[1], a[2], cfg.bm), (b[0], k, b[1], b[2], cfg.bn))
 
 
 _SIGNATURES = {
     "gemm": "const void* A, const void* B, void* D, const void* bias, const void* R, int batch, int M, int N, int K, long long lda, "
-    "long long ldb, long long ldd, long long ldr, long long strideA, long long strideB, long long strideD, long long strideR",
+    "long long ldb, long long ldd, long long ldr, long long strideA, long long strideB, long long strideD, long long strideR, "
+    "const void* maps",
     "grouped": "const void* A, const void* B, void* D, const void* bias, const void* R, const void* offs, int E, int M, "
-    "int N, int K, long long lda, long long ldb, long long ldd, long long ldr, long long strideB, long long strideBias",
+    "int N, int K, long long lda, long long ldb, long long ldd, long long ldr, long long strideB, long long strideBias, const void* maps",
     "masked": "const void* A, const void* B, void* D, const void* bias, const void* R, const void* masked_m, int E, int max_m, "
     "int N, int K, long long lda, long long ldb, long long ldd, long long ldr, long long strideA, long long strideB, "
     "long long strideD, long long strideR, long long strideBias",
     "gemm_fp8": "const void* A, const void* B, void* D, const void* bias, const void* sa, const void* sb, int M, int N, int K, "
-    "long long lda, long long ldb, long long ldd",
+    "long long lda, long long ldb, long long ldd, const void* maps",
     "grouped_fp8": "const void* A, const void* B, void* D, const void* bias, const void* sa, const void* sb, const void* offs, "
-    "int E, int M, int N, int K, long long lda, long long ldb, long long ldd, long long strideB",
+    "int E, int M, int N, int K, long long lda, long long ldb, long long ldd, long long strideB, const void* maps",
     "masked_fp8": "const void* A, const void* B, void* D, const void* bias, const void* sa, const void* sb, const void* masked_m, "
     "int E, int max_m, int N, int K, long long lda, long long ldb, long long ldd, long long strideA, long long strideB",
 }
 # The same parameters in the CUDA ABI layout, for the prepared launches.
-_PACK = {"gemm": struct.Struct("@PPPPPiiiiqqqqqqqq")}
+_PACK = {"gemm": struct.Struct("@PPPPPiiiiqqqqqqqqP")}
 
 
 def _function(kernel: Any, cfg: Config) -> int:
@@ -312,12 +325,14 @@ def gemm(
         res = residual.astype(dt, copy=False).reshape(nb, m, n)
         if res.strides[-1] != res.itemsize or res.data_ptr % 2:
             res = res.copy()
-    kernel = _kernel("gemm", cfg, B.nk, _CTYPE[dt], ACTIVATIONS[activation], bias_ is not None, res is not None)
+    stacked = nb == 1 or (A.batch_stride == m * A.ld and B.batch_stride == n * B.ld)  # TMA reads the batch as stacked rows
+    maps = tma_maps(cfg, (A.array.data_ptr, m * nb, A.ld * 2), (B.array.data_ptr, n * nb, B.ld * 2), kp) if stacked else None
+    kernel = _kernel("gemm", cfg, B.nk, _CTYPE[dt], ACTIVATIONS[activation], bias_ is not None, res is not None, maps is not None)
     fn = _function(kernel, cfg)
     ldr, stride_r = (0, 0) if res is None else (res.strides[-2] // res.itemsize, res.strides[0] // res.itemsize if nb > 1 else 0)
     params = _PACK["gemm"].pack(
         A.array.data_ptr, B.array.data_ptr, out.data_ptr, 0 if bias_ is None else bias_.data_ptr, 0 if res is None else res.data_ptr,
-        nb, m, n, kp, A.ld, B.ld, n, ldr, A.batch_stride, B.batch_stride, m * n, stride_r,
+        nb, m, n, kp, A.ld, B.ld, n, ldr, A.batch_stride, B.batch_stride, m * n, stride_r, 0 if maps is None else maps.data_ptr,
     )  # fmt: skip
     _launch(fn, -(-m // cfg.bm) * -(-n // cfg.bn) * nb, cfg, params)
     return out

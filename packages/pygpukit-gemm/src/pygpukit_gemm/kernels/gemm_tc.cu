@@ -91,6 +91,15 @@ template <class T>
 __device__ __forceinline__ bool pair_stores(const T* D, long long ldd) {
   return ldd % 2 == 0 && (reinterpret_cast<unsigned long long>(D) & 3) == 0;
 }
+// Two 128-byte CUtensorMaps (cuTensorMapEncodeTiled's) in global memory: A
+// (K inner, rows, box 64 x 128) and B ((E * N) rows, box 64 x BN).
+struct alignas(64) TmaMap {
+  unsigned long long v[16];
+};
+struct TmaMaps {
+  TmaMap a, b;
+};
+
 // A unit of work of a launch: the (m0, n0) tile of one product whose A and
 // B start at a and b (batch entry or expert z); rows < 1: nothing to multiply
 // (a spare or fully masked tile, which the epilogue zeroes).
@@ -99,6 +108,7 @@ struct Job {
   const T* a;
   const T* b;
   int m0, rows, n0, z;
+  int ra, rb;  // the tile's first rows of A and of B in the TMA maps' (stacked) operands
 };
 
 template <int BM, int BN, int BK, int WM, int WN, int STAGES, bool B_NK, class T>
@@ -117,6 +127,7 @@ struct Tile {
   static_assert((BM * CK) % kThreads == 0 && (BN * CK) % kThreads == 0, "tile chunks must split evenly over threads");
 
   float acc[MT][NT][4];
+  const TmaMaps* maps = nullptr;  // unused: the entry points set it for WsTile's TMA producer
 
   // Stage s <- rows [m0, m0 + BM) of A and the matching B panel, K block kb.
   // t: this thread's index among the kThreads loading threads.
@@ -411,7 +422,13 @@ __device__ __forceinline__ void wgmma_step(float (&d)[N / 2], unsigned long long
 #undef PGK_WGMMA_N128
 #undef PGK_WGMMA_N256
 
-template <int BN, int STAGES, class T>
+// TMA: the producer is one thread that loads each stage's A and B tiles
+// through the tensor maps, at the job's rows ra and rb of the operands seen
+// as stacked 2-D arrays (a batch's or an expert's rows one after another);
+// TMA writes through the async proxy, so the consumers need no proxy fence.
+// Out-of-range rows and K load as zeros; rows of the next expert or batch
+// entry land in rows or columns of the tile that are not stored.
+template <int BN, int STAGES, class T, bool TMA = false>
 struct WsTile {
   using Elem = T;
   static constexpr int kBM = 128, kBN = BN, BK = 64, kWorkers = 256, kThreads = kWorkers + 128;
@@ -420,6 +437,7 @@ struct WsTile {
   static constexpr int kSmemBytes = STAGES * kStage + 16 * STAGES;
 
   float acc[BN / 2];
+  const TmaMaps* maps = nullptr;  // TMA only
 
   // job(t) -> Job<T> for every tile t of this block; epi(job, *this) on the
   // consumers once the tile's accumulators are final (zeros when rows < 1).
@@ -428,11 +446,31 @@ struct WsTile {
                                             JobF&& job, EpiF&& epi) {
     const unsigned base = smem_addr(smem), full = base + STAGES * kStage, empty = full + 8 * STAGES;
     if (threadIdx.x == 0) {
-      for (int s = 0; s < STAGES; ++s) mbar_init(full + 8 * s, kThreads - kWorkers), mbar_init(empty + 8 * s, kWorkers);
+      for (int s = 0; s < STAGES; ++s) mbar_init(full + 8 * s, TMA ? 1 : kThreads - kWorkers), mbar_init(empty + 8 * s, kWorkers);
       fence_mbarrier_init();
     }
     __syncthreads();
     const int KT = (K + BK - 1) / BK;
+    if (TMA && threadIdx.x >= kWorkers) {
+      asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
+      if (threadIdx.x == kWorkers) {
+        int it = 0;
+        for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+          const Job<T> j = job(tile);
+          if (j.rows < 1) continue;
+          for (int kt = 0; kt < KT; ++kt, ++it) {
+            const int s = it % STAGES;
+            if (it >= STAGES) mbar_wait(empty + 8 * s, (it / STAGES - 1) & 1);
+            const unsigned st = base + s * kStage, bar = full + 8 * s;
+            mbar_expect_tx(bar, kStage);
+            tma_load_2d(st, &maps->a, kt * BK, j.ra, bar);
+            tma_load_2d(st + kStageA, &maps->b, kt * BK, j.rb, bar);
+          }
+        }
+      }
+      __syncwarp();
+      asm volatile("exit;\n");
+    }
     if (threadIdx.x >= kWorkers) {
       asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
       const int t = threadIdx.x - kWorkers;
@@ -461,7 +499,7 @@ struct WsTile {
     auto mma = [&](int it) {
       const int s = it % STAGES;
       mbar_wait(full + 8 * s, (it / STAGES) & 1);
-      fence_proxy_async();
+      if constexpr (!TMA) fence_proxy_async();
       const unsigned st = base + s * kStage;
       const unsigned long long da = sw128_desc(st + wg * 64 * 128, 0, 1024), db = sw128_desc(st + kStageA, 0, 1024);
       wgmma_fence();
@@ -571,7 +609,7 @@ __device__ __forceinline__ Job<T> dense_job(int t, int M, int N, const T* A, con
   int tm, tn;
   tile_of(t % per, tiles_m, tiles_n, tm, tn);
   const int z = t / per;
-  return Job<T>{A + z * strideA, B + z * strideB, tm * BM, min(BM, M - tm * BM), tn * BN, z};
+  return Job<T>{A + z * strideA, B + z * strideB, tm * BM, min(BM, M - tm * BM), tn * BN, z, z * M + tm * BM, z * N + tn * BN};
 }
 
 // The contiguous layout: group_tile's tile t (spare tiles: rows < 0, z = 0).
@@ -579,7 +617,7 @@ template <int BM, int BN, class T>
 __device__ __forceinline__ Job<T> grouped_job(int t, const int* __restrict__ offs, int E, int M, int N, const T* A, const T* B,
                                               long long strideB) {
   const GroupTile g = group_tile<BM, BN>(t, offs, E, M, N);
-  return Job<T>{A, B + g.e * strideB, g.m0, g.rows, g.n0, g.e};
+  return Job<T>{A, B + g.e * strideB, g.m0, g.rows, g.n0, g.e, g.m0, g.e * N + g.n0};
 }
 
 // The masked layout: tile t of expert z = t / per, with its own A and B; rows
@@ -591,7 +629,7 @@ __device__ __forceinline__ Job<T> masked_job(int t, const int* __restrict__ mask
   int tm, tn;
   tile_of(t % per, tiles_m, tiles_n, tm, tn);
   const int z = t / per, valid = min(max(masked_m[z], 0), max_m);
-  return Job<T>{A + z * strideA, B + z * strideB, tm * BM, min(BM, valid - tm * BM), tn * BN, z};
+  return Job<T>{A + z * strideA, B + z * strideB, tm * BM, min(BM, valid - tm * BM), tn * BN, z, z * max_m + tm * BM, z * N + tn * BN};
 }
 
 template <int BM, int BN>
@@ -608,10 +646,11 @@ template <class Tl, class Act, bool BIAS, bool RES, class T = typename Tl::Elem>
 __global__ void __launch_bounds__(Tl::kThreads, 1)
 gemm(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ D, const T* __restrict__ bias, const T* __restrict__ R,
      int batch, int M, int N, int K, long long lda, long long ldb, long long ldd, long long ldr, long long strideA,
-     long long strideB, long long strideD, long long strideR) {
+     long long strideB, long long strideD, long long strideR, const TmaMaps* maps) {
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   constexpr int BM = Tl::kBM, BN = Tl::kBN;
   Tl tile;
+  tile.maps = maps;
   tile.for_tiles(
       smem_raw, tiles_of<BM, BN>(M, N) * batch, N, K, lda, ldb,
       [&](int t) { return dense_job<BM, BN>(t, M, N, A, B, strideA, strideB); },
@@ -626,10 +665,11 @@ template <class Tl, class Act, bool BIAS, bool RES, class T = typename Tl::Elem>
 __global__ void __launch_bounds__(Tl::kThreads, 1)
 grouped(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ D, const T* __restrict__ bias,
         const T* __restrict__ R, const int* __restrict__ offs, int E, int M, int N, int K, long long lda, long long ldb,
-        long long ldd, long long ldr, long long strideB, long long strideBias) {
+        long long ldd, long long ldr, long long strideB, long long strideBias, const TmaMaps* maps) {
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   constexpr int BM = Tl::kBM, BN = Tl::kBN;
   Tl tile;
+  tile.maps = maps;
   tile.for_tiles(
       smem_raw, tiles_of<BM, BN>(M + E * BM, N), N, K, lda, ldb,
       [&](int t) { return grouped_job<BM, BN>(t, offs, E, M, N, A, B, strideB); },
@@ -671,9 +711,11 @@ masked(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ D, cons
 template <class Tl, class O, bool BIAS>
 __global__ void __launch_bounds__(Tl::kThreads, 1)
 gemm_fp8(const e4m3x2* __restrict__ A, const e4m3x2* __restrict__ B, O* __restrict__ D, const O* __restrict__ bias,
-         const float* __restrict__ sa, const float* __restrict__ sb, int M, int N, int K, long long lda, long long ldb, long long ldd) {
+         const float* __restrict__ sa, const float* __restrict__ sb, int M, int N, int K, long long lda, long long ldb, long long ldd,
+         const TmaMaps* maps) {
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   Tl tile;
+  tile.maps = maps;
   tile.for_tiles(
       smem_raw, tiles_of<Tl::kBM, Tl::kBN>(M, N), N, K, lda, ldb,
       [&](int t) { return dense_job<Tl::kBM, Tl::kBN>(t, M, N, A, B, 0, 0); },
@@ -684,10 +726,11 @@ template <class Tl, class O, bool BIAS>
 __global__ void __launch_bounds__(Tl::kThreads, 1)
 grouped_fp8(const e4m3x2* __restrict__ A, const e4m3x2* __restrict__ B, O* __restrict__ D, const O* __restrict__ bias,
             const float* __restrict__ sa, const float* __restrict__ sb, const int* __restrict__ offs, int E, int M, int N, int K,
-            long long lda, long long ldb, long long ldd, long long strideB) {
+            long long lda, long long ldb, long long ldd, long long strideB, const TmaMaps* maps) {
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   constexpr int BM = Tl::kBM, BN = Tl::kBN;
   Tl tile;
+  tile.maps = maps;
   tile.for_tiles(smem_raw, tiles_of<BM, BN>(M + E * BM, N), N, K, lda, ldb,
                  [&](int t) { return grouped_job<BM, BN>(t, offs, E, M, N, A, B, strideB); },
                  [&](const Job<e4m3x2>& j, const Tl& tl) {

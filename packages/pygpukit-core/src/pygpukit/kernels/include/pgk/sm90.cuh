@@ -1,7 +1,8 @@
 // Hopper (SM 90, sm_90a) primitives shared by the plugins' warpgroup kernels:
 // the wgmma issue fences, shared-memory operand descriptors, the proxy fence
 // between cp.async writes and wgmma reads, mbarriers (the stage handshakes
-// of warp-specialized kernels) and named barriers.
+// of warp-specialized kernels, with TMA's transaction counts), TMA tile loads
+// and named barriers.
 #pragma once
 
 namespace pgk {
@@ -48,6 +49,22 @@ __device__ __forceinline__ void mbar_wait(unsigned a, unsigned parity) {
 // the arrival is one of the barrier's init count.
 __device__ __forceinline__ void cp_async_mbar_arrive_noinc(unsigned a) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared.b64 [%0];\n" ::"r"(a) : "memory");
+}
+
+// Transactions: an arrive that also expects `bytes` of asynchronous copies
+// (TMA) to complete on the barrier in this phase.
+__device__ __forceinline__ void mbar_expect_tx(unsigned a, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(a), "r"(bytes) : "memory");
+}
+
+// TMA: the box at (c0 inner, c1 outer) of the 2-D tensor map at generic
+// address `map` (global memory, 64-byte aligned) into shared address `dst`,
+// completing its bytes on the mbarrier at `bar`. Out-of-range elements land
+// as zeros.
+__device__ __forceinline__ void tma_load_2d(unsigned dst, const void* map, int c0, int c1, unsigned bar) {
+  asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
+               ::"r"(dst), "l"(map), "r"(c0), "r"(c1), "r"(bar)
+               : "memory");
 }
 
 __device__ __forceinline__ void named_sync(int id, int n) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
