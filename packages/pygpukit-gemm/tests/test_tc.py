@@ -214,6 +214,19 @@ def test_warpgroup_configs_against_float64(rng, monkeypatch, config, mnk):
 
 
 @pytest.mark.gpu
+def test_batched_stacked_operands(rng):
+    """A batch whose operands are contiguous stacks, partial tiles at every
+    entry's edge: no entry's rows or columns mix into the next one's."""
+    a = _rand(rng, (3, 130, 72), gp.bfloat16)
+    w = _rand(rng, (3, 200, 72), gp.bfloat16)
+    ga, gw = gp.from_numpy(a.astype(gp.bfloat16)), gp.from_numpy(w.astype(gp.bfloat16))
+    with gp.routing(matmul="gemm:mma"):
+        got = ga @ gw.swapaxes(-1, -2)
+    assert got.shape == (3, 130, 200)
+    assert _rel(got.to_numpy(), a @ w.swapaxes(-1, -2)) < TOL
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("dtype", HALF, ids=str)
 def test_batched_broadcast_and_1d(rng, dtype):
     a = _rand(rng, (3, 1, 65, 48), dtype)

@@ -325,8 +325,8 @@ def gemm(
         res = residual.astype(dt, copy=False).reshape(nb, m, n)
         if res.strides[-1] != res.itemsize or res.data_ptr % 2:
             res = res.copy()
-    stacked = nb == 1 or (A.batch_stride == m * A.ld and B.batch_stride == n * B.ld)  # TMA reads the batch as stacked rows
-    maps = tma_maps(cfg, (A.array.data_ptr, m * nb, A.ld * 2), (B.array.data_ptr, n * nb, B.ld * 2), kp) if stacked else None
+    # The TMA producer for one product (batches would read as stacked rows, job rows z * m + m0; not yet run on a GPU)
+    maps = tma_maps(cfg, (A.array.data_ptr, m, A.ld * 2), (B.array.data_ptr, n, B.ld * 2), kp) if nb == 1 else None
     kernel = _kernel("gemm", cfg, B.nk, _CTYPE[dt], ACTIVATIONS[activation], bias_ is not None, res is not None, maps is not None)
     fn = _function(kernel, cfg)
     ldr, stride_r = (0, 0) if res is None else (res.strides[-2] // res.itemsize, res.strides[0] // res.itemsize if nb > 1 else 0)
