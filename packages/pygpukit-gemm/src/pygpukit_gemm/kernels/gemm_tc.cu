@@ -426,8 +426,10 @@ __device__ __forceinline__ void wgmma_step(float (&d)[N / 2], unsigned long long
 // through the tensor maps, at the job's rows ra and rb of the operands seen
 // as stacked 2-D arrays (a batch's or an expert's rows one after another);
 // TMA writes through the async proxy, so the consumers need no proxy fence.
-// Out-of-range rows and K load as zeros; rows of the next expert or batch
-// entry land in rows or columns of the tile that are not stored.
+// full[s] then counts one arrival, the producer's arrive.expect_tx of the
+// stage's bytes, which both loads complete. Out-of-range rows and K load as
+// zeros; rows of the next expert or batch entry land in rows or columns of
+// the tile that are not stored.
 template <int BN, int STAGES, class T, bool TMA = false>
 struct WsTile {
   using Elem = T;
