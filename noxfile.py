@@ -44,13 +44,16 @@ def tests(session: nox.Session) -> None:
     # transformers: the reference of the tokenizer tests; safetensors: the llm tests write model directories with it;
     # scipy, librosa, soundfile: the references of pygpukit-audio (and load's reader);
     # triton: pygpukit-triton's kernels run in Triton's interpreter on the CPU backend (no torch, no GPU needed)
-    session.install("pytest>=8", "hypothesis>=6", "transformers>=4.45", "safetensors>=0.8", "scipy>=1.11", "librosa>=0.10", "soundfile>=0.12",
+    session.install("pytest>=8", "pytest-timeout>=2.3", "hypothesis>=6", "transformers>=4.45", "safetensors>=0.8", "scipy>=1.11", "librosa>=0.10", "soundfile>=0.12",
                     "triton==3.6.*")  # fmt: skip
     env = {"PYGPUKIT_CACHE_DIR": str(ROOT / ".nox" / "kernel-cache")}
-    session.run("pytest", "-q", *TEST_DIRS, f"--ignore={EXAMPLE_PLUGIN_TESTS}", *session.posargs, env=env)
+    # a test that hangs stops the run with every thread's stack (the slowest, the
+    # elementwise compile, takes ~4 min on two cores); the slowest are listed
+    guard = ["--timeout=900", "--timeout-method=thread", "--durations=15"]
+    session.run("pytest", "-q", *guard, *TEST_DIRS, f"--ignore={EXAMPLE_PLUGIN_TESTS}", *session.posargs, env=env)
     # a third-party plugin, built and installed now: discovery, listing, routing, disabling
     session.install("./tests-integration/example-plugin", "--no-deps")
-    session.run("pytest", "-q", EXAMPLE_PLUGIN_TESTS, *session.posargs, env=env)
+    session.run("pytest", "-q", *guard, EXAMPLE_PLUGIN_TESTS, *session.posargs, env=env)
 
 
 @nox.session(venv_backend="none")

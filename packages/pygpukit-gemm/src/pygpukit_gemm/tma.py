@@ -28,6 +28,8 @@ _CACHED = 64
 
 @cache
 def _encoder() -> ctypes._CFuncPtr | None:
+    if gp.backend() != "cuda":  # maps describe device memory: no driver is loaded for the CPU backend
+        return None
     try:
         fn = ctypes.CDLL("libcuda.so.1").cuTensorMapEncodeTiled
     except (OSError, AttributeError):
@@ -48,7 +50,9 @@ def encode_2d(ptr: int, inner: int, outer: int, row_bytes: int, box_rows: int) -
     """The 128 bytes of the map of a (outer, inner) 16-bit operand at ``ptr``."""
     fn = _encoder()
     if fn is None:
-        raise RuntimeError("cuTensorMapEncodeTiled is not available from this driver")
+        raise RuntimeError(
+            f"cuTensorMapEncodeTiled is not available (backend {gp.backend()!r}; it needs the CUDA backend and a driver that has it)"
+        )
     raw = (ctypes.c_uint8 * 192)()
     at = -ctypes.addressof(raw) % 64  # the map must be 64-byte aligned
     dims = (ctypes.c_uint64 * 2)(inner, outer)
