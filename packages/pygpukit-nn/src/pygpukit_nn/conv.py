@@ -42,12 +42,12 @@ from pygpukit import _runtime
 from pygpukit.streams import current_stream_handle
 
 from . import _dispatch, _kernels
+from ._checks import INT32_MAX, integer
 
 FLOATS = (np.dtype(gp.float16), np.dtype(gp.bfloat16), np.dtype(gp.float32), np.dtype(gp.float64))
 KERNEL_DTYPES = ["float32", "float16", "bfloat16"]
 _CTYPES = {np.dtype(gp.bfloat16): "pgk::bfloat16", np.dtype(gp.float16): "pgk::half", np.dtype(gp.float32): "float"}
 THREADS = 256  # kConvThreads
-_INT32_MAX = 2**31 - 1
 _POOL_MODES = {"avg_pool1d": 0, "max_pool1d": 1, "adaptive_avg_pool1d": 2}
 
 
@@ -106,18 +106,6 @@ def _check_float(op: str, name: str, a: Any) -> None:
         raise TypeError(f"{op}: {name} must be float16, bfloat16, float32 or float64, got {a.dtype}")
 
 
-def _int(op: str, name: str, v: Any, low: int) -> int:
-    try:
-        if isinstance(v, bool):
-            raise TypeError
-        v = operator.index(v)
-    except TypeError:
-        raise TypeError(f"{op}: {name} must be an integer, got {type(v).__name__}") from None
-    if not low <= v <= _INT32_MAX:
-        raise ValueError(f"{op}: {name} must be at least {low}, got {v}")
-    return v
-
-
 def _bool(op: str, name: str, v: Any) -> bool:
     if not isinstance(v, (bool, np.bool_)):
         raise TypeError(f"{op}: {name} must be a bool, got {type(v).__name__}")
@@ -128,8 +116,8 @@ def _input(op: str, x: Any) -> None:
     _check_float(op, "x", x)
     if x.ndim not in (2, 3) or x.shape[-1] == 0 or x.shape[-2] == 0:
         raise ValueError(f"{op}: x must be (N, C, L) or (C, L) with C, L >= 1, got shape {x.shape}")
-    if x.shape[-1] > _INT32_MAX // 2:
-        raise ValueError(f"{op}: the length {x.shape[-1]} is too long (at most {_INT32_MAX // 2})")
+    if x.shape[-1] > INT32_MAX // 2:
+        raise ValueError(f"{op}: the length {x.shape[-1]} is too long (at most {INT32_MAX // 2})")
 
 
 class Conv:
@@ -145,9 +133,9 @@ class Conv:
             _check_float(op, "bias", bias)
             if bias.dtype != x.dtype:
                 raise TypeError(f"conv1d: bias must have x's dtype {x.dtype}, got {bias.dtype}")
-        self.s = _int(op, "stride", stride, 1)
-        self.d = _int(op, "dilation", dilation, 1)
-        self.g = _int(op, "groups", groups, 1)
+        self.s = integer(op, "stride", stride, 1)
+        self.d = integer(op, "dilation", dilation, 1)
+        self.g = integer(op, "groups", groups, 1)
         self.x = x if x.ndim == 3 else x.reshape(1, *x.shape)
         self.n, self.c, self.length = self.x.shape
         if weight.ndim != 3 or weight.shape[0] == 0 or weight.shape[2] == 0:
@@ -169,7 +157,7 @@ class Conv:
         elif isinstance(padding, str):
             raise ValueError(f"conv1d: padding must be an int, 'valid' or 'same', got {padding!r}")
         else:
-            self.left = self.right = _int(op, "padding", padding, 0)
+            self.left = self.right = integer(op, "padding", padding, 0)
         self.lout = (self.length + self.left + self.right - span - 1) // self.s + 1
         if self.lout < 1:
             raise ValueError(
@@ -190,10 +178,10 @@ class Pool:
         self.op, self.shape = op, x.shape
         self.length = x.shape[-1]
         self.rows = x.size // max(self.length, 1)
-        self.k = _int(op, "kernel_size", kernel_size, 1)
-        self.s = self.k if stride is None else _int(op, "stride", stride, 1)
-        self.p = _int(op, "padding", padding, 0)
-        self.d = _int(op, "dilation", dilation, 1)
+        self.k = integer(op, "kernel_size", kernel_size, 1)
+        self.s = self.k if stride is None else integer(op, "stride", stride, 1)
+        self.p = integer(op, "padding", padding, 0)
+        self.d = integer(op, "dilation", dilation, 1)
         ceil = _bool(op, "ceil_mode", ceil_mode)
         span = self.d * (self.k - 1) + 1
         limit = span // 2 if op == "max_pool1d" else self.k // 2
@@ -214,7 +202,7 @@ def _check_adaptive(x: Any, output_size: Any) -> int:
     _input("adaptive_avg_pool1d", x)
     if x.shape[-1] == 0:
         raise ValueError("adaptive_avg_pool1d: x must have a non-empty last axis")
-    return _int("adaptive_avg_pool1d", "output_size", output_size, 1)
+    return integer("adaptive_avg_pool1d", "output_size", output_size, 1)
 
 
 # -- references (any backend, any float dtype) -----------------------------------------

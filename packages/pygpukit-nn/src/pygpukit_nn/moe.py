@@ -37,7 +37,6 @@ argsort and take; unpermute's reads the index map back to check it.
 from __future__ import annotations
 
 import functools
-import operator
 import struct
 from typing import Any
 
@@ -48,6 +47,7 @@ from pygpukit import _runtime
 from pygpukit.streams import current_stream_handle
 
 from . import _dispatch, _kernels
+from ._checks import INT32_MAX, integer
 from .activations import geglu, swiglu
 
 FLOATS = (np.dtype(gp.float16), np.dtype(gp.bfloat16), np.dtype(gp.float32), np.dtype(gp.float64))
@@ -64,7 +64,6 @@ PERM_WARPS = PERM_THREADS // 32
 COPY_THREADS, COPY_UNROLL = 128, 4  # kCopyThreads, kCopyUnroll
 SCAN_THREADS = 1024
 MAX_TILES = 512
-_INT32_MAX = 2**31 - 1
 
 
 # -- public API ----------------------------------------------------------------------
@@ -145,25 +144,13 @@ def _check_index(op: str, name: str, a: Any) -> None:
     _check_array(op, name, a, INDEX, "int32 or int64")
 
 
-def _check_int(op: str, name: str, v: Any, low: int, high: int) -> int:
-    try:
-        if isinstance(v, bool):
-            raise TypeError
-        v = operator.index(v)
-    except TypeError:
-        raise TypeError(f"{op}: {name} must be an integer, got {type(v).__name__}") from None
-    if not low <= v <= high:
-        raise ValueError(f"{op}: {name} must be in [{low}, {high}], got {v}")
-    return v
-
-
 def _check_route(logits: Any, k: Any, renormalize: Any, scoring: Any) -> tuple[int, int]:
     """Returns (E, k)."""
     _check_float("router_topk", "logits", logits)
     if logits.ndim == 0 or logits.shape[-1] == 0:
         raise ValueError(f"router_topk: logits must be (..., E) with E >= 1 experts, got shape {logits.shape}")
     e = logits.shape[-1]
-    k = _check_int("router_topk", "k", k, 1, e)
+    k = integer("router_topk", "k", k, 1, e)
     if not isinstance(renormalize, (bool, np.bool_)):
         raise TypeError(f"router_topk: renormalize must be a bool, got {type(renormalize).__name__}")
     if scoring not in SCORINGS:
@@ -179,9 +166,9 @@ def _check_permute(x: Any, expert_ids: Any, num_experts: Any) -> tuple[int, int,
         raise ValueError(f"permute: x must be (tokens, hidden), got shape {x.shape}")
     if expert_ids.ndim != 2 or expert_ids.shape[0] != x.shape[0]:
         raise ValueError(f"permute: expert_ids must be (tokens, k) with x's {x.shape[0]} tokens, got shape {expert_ids.shape}")
-    e = _check_int("permute", "num_experts", num_experts, 1, _INT32_MAX - 1)
-    if expert_ids.size > _INT32_MAX:
-        raise ValueError(f"permute: at most {_INT32_MAX} assignments (int32 index map), got {expert_ids.size}")
+    e = integer("permute", "num_experts", num_experts, 1, INT32_MAX - 1)
+    if expert_ids.size > INT32_MAX:
+        raise ValueError(f"permute: at most {INT32_MAX} assignments (int32 index map), got {expert_ids.size}")
     return x.shape[0], expert_ids.shape[1], e
 
 
@@ -227,7 +214,7 @@ def _check_forward(x: Any, router_w: Any, w_gate_up: Any, w_down: Any, k: Any, w
     for name, a in (("w_gate_up", w_gate_up), ("w_down", w_down), ("w_up", w_up)):
         if a is not None and a.dtype != x.dtype:
             raise TypeError(f"{op}: {name} must have x's dtype {x.dtype}, got {a.dtype}")
-    _check_int(op, "k", k, 1, e)
+    integer(op, "k", k, 1, e)
     if activation not in ACTIVATIONS:
         raise ValueError(f"{op}: activation must be 'silu', 'gelu' or 'gelu_tanh', got {activation!r}")
     return d, e

@@ -43,6 +43,7 @@ from pygpukit import _runtime
 from pygpukit.streams import current_stream_handle
 
 from . import _dispatch
+from ._checks import is_int
 
 LAYOUTS = ("neox", "gptj")
 ROPE_TYPES = ("default", "linear", "dynamic", "llama3", "yarn")
@@ -53,11 +54,6 @@ _F32 = np.dtype(np.float32)
 
 
 # -- frequencies ----------------------------------------------------------------------------------
-
-
-def _is_int(v: Any) -> bool:
-    """An int (Python or NumPy), not a bool."""
-    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
 
 
 def _need(scaling: Mapping[str, Any], key: str, rope_type: str) -> Any:
@@ -110,7 +106,7 @@ def rope_frequencies(
       or get_mscale(factor, mscale) / get_mscale(factor, mscale_all_dim)
       when both are set, as DeepSeek-V3); the factor scales cos and sin.
     """
-    if not _is_int(rotary_dim) or rotary_dim < 2 or rotary_dim % 2:
+    if not is_int(rotary_dim) or rotary_dim < 2 or rotary_dim % 2:
         raise ValueError(f"rope_frequencies: rotary_dim must be an even int >= 2, got {rotary_dim!r}")
     rope_type = rope_type_of(scaling)
     sc: Mapping[str, Any] = scaling or {}
@@ -199,7 +195,7 @@ def rope_cos_sin(inv_freq: Any, max_positions: int, attention_factor: float = 1.
     freq = np.asarray(inv_freq, dtype=np.float64)
     if freq.ndim != 1 or freq.size == 0:
         raise ValueError(f"rope_cos_sin: inv_freq must be a non-empty 1-D array, got shape {freq.shape}")
-    if not _is_int(max_positions) or max_positions < 1:
+    if not is_int(max_positions) or max_positions < 1:
         raise ValueError(f"rope_cos_sin: max_positions must be an int >= 1, got {max_positions!r}")
     angles = np.arange(max_positions, dtype=np.float64)[:, None] * freq[None, :]
     table = np.stack([np.cos(angles), np.sin(angles)], axis=1) * float(attention_factor)
@@ -237,7 +233,7 @@ class RotaryEmbedding:
         layout: str = "neox",
         max_position_embeddings: int | None = None,
     ) -> None:
-        if not _is_int(head_dim) or head_dim < 2:
+        if not is_int(head_dim) or head_dim < 2:
             raise ValueError(f"RotaryEmbedding: head_dim must be an int >= 2, got {head_dim!r}")
         if layout not in LAYOUTS:
             raise ValueError(f"RotaryEmbedding: layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
@@ -246,7 +242,7 @@ class RotaryEmbedding:
         if rotary_dim is None:
             factor = partial_rotary_factor if partial_rotary_factor is not None else sc.get("partial_rotary_factor", 1.0)
             rotary_dim = int(head_dim * float(factor))
-        if not _is_int(rotary_dim) or not 2 <= rotary_dim <= head_dim or rotary_dim % 2:
+        if not is_int(rotary_dim) or not 2 <= rotary_dim <= head_dim or rotary_dim % 2:
             raise ValueError(f"RotaryEmbedding: rotary_dim must be an even int in [2, head_dim={head_dim}], got {rotary_dim!r}")
         self.head_dim = int(head_dim)
         self.rotary_dim = int(rotary_dim)
@@ -289,7 +285,7 @@ class RotaryEmbedding:
     def grow(self, max_positions: int) -> None:
         """Recompute the cache for ``max_positions`` positions if that is more than
         it has (for the dynamic type, with the frequencies of that length)."""
-        if not _is_int(max_positions) or max_positions < 1:
+        if not is_int(max_positions) or max_positions < 1:
             raise ValueError(f"RotaryEmbedding.grow: max_positions must be an int >= 1, got {max_positions!r}")
         if max_positions <= self.max_positions:
             return
@@ -344,7 +340,7 @@ def _check_rope(q: Any, k: Any, cos_sin: Any, positions: Any, layout: Any, rotar
         raise ValueError(f"rope: cos_sin must be (max_positions, 2, rotary_dim / 2), got shape {cos_sin.shape}")
     if layout not in LAYOUTS:
         raise ValueError(f"rope: layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
-    if not _is_int(rotary_dim):
+    if not is_int(rotary_dim):
         raise TypeError(f"rope: rotary_dim must be an int, got {type(rotary_dim).__name__}")
     if rotary_dim % 2 or not 2 <= rotary_dim <= d or rotary_dim != 2 * cos_sin.shape[2]:
         raise ValueError(
@@ -571,7 +567,7 @@ def alibi_slopes(num_heads: int) -> gp.GPUArray:
     n = the largest power of two <= num_heads, head h < n gets
     2 ** (-8 (h + 1) / n); the remaining heads take every other slope of 2n
     heads: 2 ** (-8 (2i + 1) / (2n)) for i < num_heads - n."""
-    if not _is_int(num_heads) or num_heads < 1:
+    if not is_int(num_heads) or num_heads < 1:
         raise ValueError(f"alibi_slopes: num_heads must be an int >= 1, got {num_heads!r}")
     n = 2 ** math.floor(math.log2(num_heads))
     slopes = 2.0 ** (-8.0 * np.arange(1, n + 1, dtype=np.float64) / n)
@@ -594,7 +590,7 @@ def alibi_bias(slopes: Any, q_len: int, k_len: int, dtype: Any = gp.float32) -> 
     if slopes.ndim != 1:
         raise ValueError(f"alibi_bias: slopes must be 1-D (heads,), got shape {slopes.shape}")
     for name, v in (("q_len", q_len), ("k_len", k_len)):
-        if not _is_int(v) or v < 0:
+        if not is_int(v) or v < 0:
             raise ValueError(f"alibi_bias: {name} must be an int >= 0, got {v!r}")
     dt = np.dtype(gp.float64) if np.dtype(dtype) == np.float64 else _F32
     rel = gp.arange(k_len)[None, :] - (gp.arange(q_len) + (k_len - q_len))[:, None]

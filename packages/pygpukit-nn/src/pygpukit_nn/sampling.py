@@ -69,6 +69,7 @@ from pygpukit import _runtime
 from pygpukit.streams import current_stream_handle
 
 from . import _dispatch, _kernels
+from ._checks import is_int
 
 FLOATS = (np.dtype(gp.float16), np.dtype(gp.bfloat16), np.dtype(gp.float32), np.dtype(gp.float64))
 KERNEL_DTYPES = ["float32", "float16", "bfloat16"]
@@ -173,10 +174,6 @@ def _check_logits(op: str, logits: Any) -> tuple[int, int]:
     return logits.shape
 
 
-def _is_int(v: Any) -> bool:
-    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
-
-
 def _row_param(op: str, name: str, value: Any, b: int, integer: bool) -> Any:
     """A per-row parameter: a (b,) GPUArray (integer or float as asked), or a Python int / float."""
     if isinstance(value, gp.GPUArray):
@@ -188,7 +185,7 @@ def _row_param(op: str, name: str, value: Any, b: int, integer: bool) -> Any:
             raise TypeError(f"{op}: {name} must be a float array, got {value.dtype}")
         return value
     if integer:
-        if not _is_int(value):
+        if not is_int(value):
             raise TypeError(f"{op}: {name} must be an int or an integer GPUArray, got {type(value).__name__}")
         return int(value)
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
@@ -213,7 +210,7 @@ def _check_sample(logits: Any, temperature: Any, top_k: Any, top_p: Any, min_p: 
     _in_range(op, "top_k", k, isinstance(k, int) and 0 <= k < 1 << 31, "an int >= 0 (0: off)")
     _in_range(op, "top_p", p, isinstance(p, float) and 0.0 < p <= 1.0, "in (0, 1] (1: off)")
     _in_range(op, "min_p", mp, isinstance(mp, float) and 0.0 <= mp <= 1.0, "in [0, 1] (0: off)")
-    if not (_is_int(key) and 0 <= key <= _MASK64 and _is_int(offset) and offset >= 0):
+    if not (is_int(key) and 0 <= key <= _MASK64 and is_int(offset) and offset >= 0):
         raise ValueError(f"sample: key must be an int in [0, 2**64) and offset an int >= 0, got {key!r}, {offset!r}")
     return b, v, t, k, p, mp
 
@@ -248,9 +245,9 @@ def _check_ids(ids: Any, vocab_size: Any, pad_id: Any) -> tuple[int, int]:
         raise TypeError(f"{op}: ids must be an integer GPUArray, got {what}")
     if ids.ndim != 2:
         raise ValueError(f"{op}: ids must have shape (batch, length), got {ids.shape}")
-    if not _is_int(vocab_size) or not 1 <= vocab_size < 1 << 31:
+    if not is_int(vocab_size) or not 1 <= vocab_size < 1 << 31:
         raise ValueError(f"{op}: vocab_size must be an int in [1, 2**31), got {vocab_size!r}")
-    if not _is_int(pad_id):
+    if not is_int(pad_id):
         raise TypeError(f"{op}: pad_id must be an int, got {type(pad_id).__name__}")
     if not -(1 << 63) <= pad_id < 1 << 63:
         raise ValueError(f"{op}: pad_id must fit in int64, got {pad_id}")
