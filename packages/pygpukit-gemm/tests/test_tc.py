@@ -337,6 +337,14 @@ def test_grouped_kernel_edge_cases(rng):
         gp.from_numpy(np.ones((3, 24), np.float32).astype(gp.bfloat16)),
     ).to_numpy()
     assert np.all(empty_k[:64] == 1) and np.all(empty_k[64:] == 0)  # K = 0: the bias alone; unowned rows zero
+    empty_masked = gp.ops.grouped_linear_masked(
+        gp.zeros((3, 16, 0), gp.bfloat16),
+        gp.zeros((3, 24, 0), gp.bfloat16),
+        gp.from_numpy(np.array([16, 5, 0], np.int32)),
+        gp.from_numpy(np.ones((3, 24), np.float32).astype(gp.bfloat16)),
+    ).to_numpy()
+    assert np.all(empty_masked[0] == 1) and np.all(empty_masked[1, :5] == 1) and np.all(empty_masked[1, 5:] == 0)
+    assert np.all(empty_masked[2] == 0)  # masked rows zero
     empty_km = gp.ops.grouped_linear_masked(
         gp.zeros((3, 5, 0), gp.bfloat16),
         gp.zeros((3, 24, 0), gp.bfloat16),

@@ -133,7 +133,7 @@ def _jit(entry: str, cfg: Config, args: str) -> Any:
 @cache
 def _kernel(entry: str, cfg: Config, b_nk: bool, ctype: str, act: str, bias: bool, res: bool, tma: bool = False) -> Any:
     """The 16-bit kernel ``entry`` ("gemm", "grouped" or "masked") on cfg's main
-    loop (``tma``: WsTile's TMA producer, "grouped" only)."""
+    loop (``tma``: WsTile's TMA producer, for "gemm" and "grouped")."""
     return _jit(entry, cfg, f"{tile_expr(cfg, b_nk, ctype, tma)}, {act}, {str(bias).lower()}, {str(res).lower()}")
 
 

@@ -1,13 +1,14 @@
 """TMA tensor maps for the SM 90 kernels that load through the tensor memory
-accelerator (``grouped_tma`` in ``kernels/gemm_tc.cu``).
+accelerator (``WsTile``'s TMA producer in ``kernels/gemm_tc.cu``).
 
 A map describes a 2-D row-major operand (``inner`` 16-bit elements a row,
 ``outer`` rows, ``row_bytes`` between rows) and the box one load moves (64
 elements, 128 bytes, by ``box_rows``), with the 128-byte swizzle the wgmma
 descriptors read; out-of-range elements load as zeros. Maps are encoded by the
 driver's ``cuTensorMapEncodeTiled`` (loaded here with ctypes: a host-only
-function of libcuda, no context needed) and uploaded once per operand
-geometry: the kernel reads them from global memory. ``PYGPUKIT_GEMM_TMA=0``
+function of libcuda, no context needed) and uploaded to global memory, where
+the kernel reads them; the last 64 are kept by operand pointer and geometry, so
+a call with new operand addresses encodes and uploads its maps again. ``PYGPUKIT_GEMM_TMA=0``
 turns the TMA kernels off.
 """
 
@@ -72,7 +73,7 @@ _maps: OrderedDict[tuple, gp.GPUArray] = OrderedDict()
 
 def maps(*operands: tuple[int, int, int, int, int]) -> gp.GPUArray:
     """The maps of ``operands`` ((ptr, inner, outer, row_bytes, box_rows) each)
-    side by side in device memory, cached by their geometry (the last 64)."""
+    side by side in device memory, cached by pointer and geometry (the last 64)."""
     key = tuple(operands)
     got = _maps.get(key)
     if got is None:
