@@ -127,7 +127,6 @@ struct Tile {
   static_assert((BM * CK) % kThreads == 0 && (BN * CK) % kThreads == 0, "tile chunks must split evenly over threads");
 
   float acc[MT][NT][4];
-  const TmaMaps* maps = nullptr;  // unused: the entry points set it for WsTile's TMA producer
 
   // Stage s <- rows [m0, m0 + BM) of A and the matching B panel, K block kb.
   // t: this thread's index among the kThreads loading threads.
@@ -244,10 +243,10 @@ struct Tile {
   }
 
   // The block's one tile, blockIdx.x: job(t) -> Job<T>, epi(job, *this) once
-  // the accumulators are final (left unset when rows < 1).
+  // the accumulators are final (left unset when rows < 1). No TMA: maps unread.
   template <class JobF, class EpiF>
-  __device__ __forceinline__ void for_tiles(unsigned char* smem, int, int N, int K, long long lda, long long ldb, JobF&& job,
-                                            EpiF&& epi) {
+  __device__ __forceinline__ void for_tiles(unsigned char* smem, int, int N, int K, long long lda, long long ldb, const TmaMaps*,
+                                            JobF&& job, EpiF&& epi) {
     const Job<T> j = job(blockIdx.x);
     if (j.rows > 0) run(smem, j.a, j.b, j.m0, j.rows, j.n0, N, K, lda, ldb);
     epi(j, *this);
@@ -439,13 +438,13 @@ struct WsTile {
   static constexpr int kSmemBytes = STAGES * kStage + 16 * STAGES;
 
   float acc[BN / 2];
-  const TmaMaps* maps = nullptr;  // TMA only
 
   // job(t) -> Job<T> for every tile t of this block; epi(job, *this) on the
-  // consumers once the tile's accumulators are final (zeros when rows < 1).
+  // consumers once the tile's accumulators are final (zeros when rows < 1);
+  // maps: the TMA producer's tensor maps (read when TMA).
   template <class JobF, class EpiF>
   __device__ __forceinline__ void for_tiles(unsigned char* smem, int tiles, int N, int K, long long lda, long long ldb,
-                                            JobF&& job, EpiF&& epi) {
+                                            const TmaMaps* maps, JobF&& job, EpiF&& epi) {
     const unsigned base = smem_addr(smem), full = base + STAGES * kStage, empty = full + 8 * STAGES;
     if (threadIdx.x == 0) {
       for (int s = 0; s < STAGES; ++s) mbar_init(full + 8 * s, TMA ? 1 : kThreads - kWorkers), mbar_init(empty + 8 * s, kWorkers);
@@ -453,45 +452,33 @@ struct WsTile {
     }
     __syncthreads();
     const int KT = (K + BK - 1) / BK;
-    if (TMA && threadIdx.x >= kWorkers) {
+    if (threadIdx.x >= kWorkers) {
       asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
-      if (threadIdx.x == kWorkers) {
+      const int t = threadIdx.x - kWorkers;
+      if (!TMA || t == 0) {  // TMA: one thread issues every load
         int it = 0;
         for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
           const Job<T> j = job(tile);
           if (j.rows < 1) continue;
           for (int kt = 0; kt < KT; ++kt, ++it) {
-            const int s = it % STAGES;
+            const int s = it % STAGES, k0 = kt * BK;
             if (it >= STAGES) mbar_wait(empty + 8 * s, (it / STAGES - 1) & 1);
             const unsigned st = base + s * kStage, bar = full + 8 * s;
-            mbar_expect_tx(bar, kStage);
-            tma_load_2d(st, &maps->a, kt * BK, j.ra, bar);
-            tma_load_2d(st + kStageA, &maps->b, kt * BK, j.rb, bar);
+            if constexpr (TMA) {
+              mbar_expect_tx(bar, kStage);
+              tma_load_2d(st, &maps->a, k0, j.ra, bar);
+              tma_load_2d(st + kStageA, &maps->b, k0, j.rb, bar);
+            } else {
+              const bool kok = k0 + (t & 7) * 8 < K;
+              ws_load<kBM>(st, j.a + (long long)j.m0 * lda + k0, lda, j.rows, kok, t);
+              ws_load<BN>(st + kStageA, j.b + (long long)j.n0 * ldb + k0, ldb, N - j.n0, kok, t);
+              cp_async_mbar_arrive_noinc(bar);
+            }
           }
         }
       }
-      __syncwarp();
-      asm volatile("exit;\n");
-    }
-    if (threadIdx.x >= kWorkers) {
-      asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
-      const int t = threadIdx.x - kWorkers;
-      int it = 0;
-      for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-        const Job<T> j = job(tile);
-        if (j.rows < 1) continue;
-        const T* a = j.a + (long long)j.m0 * lda;
-        const T* b = j.b + (long long)j.n0 * ldb;
-        for (int kt = 0; kt < KT; ++kt, ++it) {
-          const int s = it % STAGES, k0 = kt * BK;
-          if (it >= STAGES) mbar_wait(empty + 8 * s, (it / STAGES - 1) & 1);
-          const bool kok = k0 + (t & 7) * 8 < K;
-          ws_load<kBM>(base + s * kStage, a + k0, lda, j.rows, kok, t);
-          ws_load<BN>(base + s * kStage + kStageA, b + k0, ldb, N - j.n0, kok, t);
-          cp_async_mbar_arrive_noinc(full + 8 * s);
-        }
-      }
       cp_async_wait<0>();
+      __syncwarp();
       asm volatile("exit;\n");  // no copy in flight; the epilogues are the consumers' (under their register budget)
     }
     asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
@@ -652,9 +639,8 @@ gemm(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ D, const 
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   constexpr int BM = Tl::kBM, BN = Tl::kBN;
   Tl tile;
-  tile.maps = maps;
   tile.for_tiles(
-      smem_raw, tiles_of<BM, BN>(M, N) * batch, N, K, lda, ldb,
+      smem_raw, tiles_of<BM, BN>(M, N) * batch, N, K, lda, ldb, maps,
       [&](int t) { return dense_job<BM, BN>(t, M, N, A, B, strideA, strideB); },
       [&](const Job<T>& j, const Tl& tl) {
         const long long z = j.z;
@@ -671,9 +657,8 @@ grouped(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ D, con
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   constexpr int BM = Tl::kBM, BN = Tl::kBN;
   Tl tile;
-  tile.maps = maps;
   tile.for_tiles(
-      smem_raw, tiles_of<BM, BN>(M + E * BM, N), N, K, lda, ldb,
+      smem_raw, tiles_of<BM, BN>(M + E * BM, N), N, K, lda, ldb, maps,
       [&](int t) { return grouped_job<BM, BN>(t, offs, E, M, N, A, B, strideB); },
       [&](const Job<T>& j, const Tl& tl) {
         if (j.rows < 0) return zero_tile<BM, BN>(D, j.m0, j.n0, M, N, ldd, Tl::kWorkers);
@@ -693,7 +678,7 @@ masked(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ D, cons
   constexpr int BM = Tl::kBM, BN = Tl::kBN;
   Tl tile;
   tile.for_tiles(
-      smem_raw, tiles_of<BM, BN>(max_m, N) * E, N, K, lda, ldb,
+      smem_raw, tiles_of<BM, BN>(max_m, N) * E, N, K, lda, ldb, nullptr,
       [&](int t) { return masked_job<BM, BN>(t, masked_m, max_m, N, A, B, strideA, strideB); },
       [&](const Job<T>& j, const Tl& tl) {
         const long long z = j.z;
@@ -717,9 +702,8 @@ gemm_fp8(const e4m3x2* __restrict__ A, const e4m3x2* __restrict__ B, O* __restri
          const TmaMaps* maps) {
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   Tl tile;
-  tile.maps = maps;
   tile.for_tiles(
-      smem_raw, tiles_of<Tl::kBM, Tl::kBN>(M, N), N, K, lda, ldb,
+      smem_raw, tiles_of<Tl::kBM, Tl::kBN>(M, N), N, K, lda, ldb, maps,
       [&](int t) { return dense_job<Tl::kBM, Tl::kBN>(t, M, N, A, B, 0, 0); },
       [&](const Job<e4m3x2>& j, const Tl& tl) { store_scaled<BIAS>(tl, D, bias, sa, sb, j.m0, j.rows, j.n0, N, ldd); });
 }
@@ -732,8 +716,7 @@ grouped_fp8(const e4m3x2* __restrict__ A, const e4m3x2* __restrict__ B, O* __res
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   constexpr int BM = Tl::kBM, BN = Tl::kBN;
   Tl tile;
-  tile.maps = maps;
-  tile.for_tiles(smem_raw, tiles_of<BM, BN>(M + E * BM, N), N, K, lda, ldb,
+  tile.for_tiles(smem_raw, tiles_of<BM, BN>(M + E * BM, N), N, K, lda, ldb, maps,
                  [&](int t) { return grouped_job<BM, BN>(t, offs, E, M, N, A, B, strideB); },
                  [&](const Job<e4m3x2>& j, const Tl& tl) {
                    if (j.rows < 0) return zero_tile<BM, BN>(D, j.m0, j.n0, M, N, ldd, Tl::kWorkers);
@@ -750,7 +733,7 @@ masked_fp8(const e4m3x2* __restrict__ A, const e4m3x2* __restrict__ B, O* __rest
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   constexpr int BM = Tl::kBM, BN = Tl::kBN;
   Tl tile;
-  tile.for_tiles(smem_raw, tiles_of<BM, BN>(max_m, N) * E, N, K, lda, ldb,
+  tile.for_tiles(smem_raw, tiles_of<BM, BN>(max_m, N) * E, N, K, lda, ldb, nullptr,
                  [&](int t) { return masked_job<BM, BN>(t, masked_m, max_m, N, A, B, strideA, strideB); },
                  [&](const Job<e4m3x2>& j, const Tl& tl) {
                    const long long z = j.z;
