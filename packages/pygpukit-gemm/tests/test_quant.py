@@ -127,16 +127,20 @@ def test_gemv_linear_against_float64(rng, dtype, xshape):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("group", [64, 128, 256])
+@pytest.mark.parametrize("group", [64, 128, 256, 384])
 @pytest.mark.parametrize("dtype", [gp.bfloat16, gp.float16], ids=str)
-@pytest.mark.parametrize("rows", [1, 5, 8])
+@pytest.mark.parametrize("rows", [1, 2, 5, 8])
 def test_int4_tensor_core_gemv(rng, group, dtype, rows):
     """int4 weights with groups of a multiple of 128 take the tensor-core
-    kernel (several steps a group at 256, a partial last block of columns,
-    more blocks than SMs), others the FFMA one; both against float64 over the dequantized weight."""
+    kernel (several steps a group at 256 and 384, a partial last block of
+    columns, more blocks than SMs; one tile a warp at 1 and 2 rows, two at 5 and 8),
+    others the FFMA one; both against float64 over the dequantized weight."""
     from pygpukit_gemm import gemv
 
-    n, k = (1000, 1536) if rows != 5 else (8200, 2048)  # 513 blocks of 8 warps, two steps each: the steady depth
+    # 18 steps of K. (8200, 2304): at 1 row 513 blocks of 8 warps, two steps in flight (the steady depth); at
+    # 5 rows two tiles a warp, 257 blocks, a warp's 2-3 steps at once. (1000, 2304): fewer blocks than SMs,
+    # one tile a warp at 2 rows, two at 8
+    n, k = (8200, 2304) if rows in (1, 5) else (1000, 2304)
     qw = quantize_weight(gp.from_numpy(rng.standard_normal((n, k)).astype(np.float32)), "int4", group_size=group)
     x = rng.standard_normal((rows, k)).astype(dtype)
     ref = x.astype(np.float64) @ dequantize_weight(qw, gp.float64).to_numpy().T
@@ -158,28 +162,36 @@ def test_gemv_variant_and_grid():
         assert gemv.MMA[fmt + "_mma"].format("pgk::half") == f"pgk::{fmt.capitalize()}Operands<pgk::half>"
     assert gemv.variant("plain", gp.bfloat16, 0, 896) == gemv.variant("plain", gp.float16, 0, 4096) == "plain_mma"
     assert gemv.variant("plain", gp.bfloat16, 0, 520) == gemv.variant("plain", gp.float32, 0, 896) == "plain"
-    assert gemv.grid_of("int4_mma", (4, 2), 1000) == 63 and gemv.grid_of("int8", (4, 4), 1000) == 63
+    assert gemv.grid_of("int8", (4, 4), 1000) == 63
     assert gemv.grid_of("plain", (8, 1), 1001) == 126
     # the FFMA kernel's tiles by rows: 1, 2, more
     assert [gemv.tile_of("int8", rows) for rows in (1, 2, 3, 8)] == [(16, 2), (4, 2), (4, 4), (4, 4)]
     # int4 on tensor cores: warps a block to bring the grid near MMA_WARPS_PER_SM a SM, 4 to 16, at most K / 128
-    assert gemv.tile_of("int4_mma", 1, 14336, 4096, 132) == (4, 2)  # 896 blocks, 8 steps a warp: two in flight
-    assert gemv.tile_of("int4_mma", 8, 4096, 14336, 132) == (16, 2)  # 256 blocks
-    assert gemv.tile_of("int4_mma", 1, 4864, 896, 132) == (7, 1)  # 304 blocks, a step a warp
-    assert gemv.tile_of("int4_mma", 1, 896, 4864, 132) == (16, gemv.MMA_DEEP)  # 56 blocks: fewer than SMs
+    assert gemv.tile_of("int4_mma", 1, 14336, 4096, 132) == (4, 2, 1)  # 896 blocks, 8 steps a warp: two in flight
+    assert gemv.tile_of("int4_mma", 1, 4096, 14336, 132) == (16, 1, 1)  # 256 blocks of 16 warps: one
+    assert gemv.tile_of("int4_mma", 1, 4864, 896, 132) == (7, 1, 1)  # 304 blocks, a step a warp
+    assert gemv.tile_of("int4_mma", 1, 896, 4864, 132) == (16, gemv.MMA_DEEP, 1)  # 56 blocks: fewer than SMs
     assert gemv.tile_of("int4_mma", 1, 64, 256, 132)[0] == 2  # two steps of K
+    # int4 with 4 to 8 rows and 16 steps of K or more: two tiles a warp, 32 columns a block, MMA_WARPS_PER_SM_2 warps a SM
+    assert gemv.tile_of("int4_mma", 2, 14336, 4096, 132) == (4, 2, 1) and gemv.tile_of("int4_mma", 8, 4864, 896, 132) == (7, 1, 1)
+    for rows in (4, 8):
+        assert gemv.tile_of("int4_mma", rows, 14336, 4096, 132) == (4, 2, 2)  # 448 blocks, 8 steps a warp
+        assert gemv.tile_of("int4_mma", rows, 4096, 14336, 132) == (16, 1, 2)  # 128 blocks of 16 warps, 7 steps a warp
+        assert gemv.tile_of("int4_mma", rows, 5632, 2048, 132) == (8, 2, 2)  # 176 blocks: a warp's two steps at once
+        assert gemv.tile_of("int4_mma", rows, 2048, 5632, 132) == (16, gemv.MMA_DEEP, 2)  # 64 blocks: half the SMs
+    assert gemv.grid_of("int4_mma", (4, 2, 2), 1000) == 32 and gemv.grid_of("int4_mma", (4, 2, 1), 1000) == 63
     # int8 / fp8 on tensor cores: int4's rule
     for fmt in ("int8_mma", "fp8_mma"):
         for rows in (1, 8):
-            assert gemv.tile_of(fmt, rows, 14336, 4096, 132) == (4, 1)  # 896 blocks
-            assert gemv.tile_of(fmt, rows, 4096, 14336, 132) == (16, 1)  # 256 blocks: 13 warps wanted
-            assert gemv.tile_of(fmt, rows, 896, 4864, 132) == (16, gemv.MMA_DEEP)  # 56 blocks: fewer than SMs
-            assert gemv.tile_of(fmt, rows, 4864, 896, 132) == (7, 1)  # 304 blocks: 11 warps wanted, 7 steps of K
-            assert gemv.tile_of(fmt, rows, 200, 384, 132) == (3, gemv.MMA_DEEP)  # 3 steps of K
-        assert gemv.grid_of(fmt, (8, 1), 200) == 13
+            assert gemv.tile_of(fmt, rows, 14336, 4096, 132) == (4, 1, 1)  # 896 blocks
+            assert gemv.tile_of(fmt, rows, 4096, 14336, 132) == (16, 1, 1)  # 256 blocks: 13 warps wanted
+            assert gemv.tile_of(fmt, rows, 896, 4864, 132) == (16, gemv.MMA_DEEP, 1)  # 56 blocks: fewer than SMs
+            assert gemv.tile_of(fmt, rows, 4864, 896, 132) == (7, 1, 1)  # 304 blocks: 11 warps wanted, 7 steps of K
+            assert gemv.tile_of(fmt, rows, 200, 384, 132) == (3, gemv.MMA_DEEP, 1)  # 3 steps of K
+        assert gemv.grid_of(fmt, (8, 1, 1), 200) == 13
     # plain on tensor cores: a warp a step of K up to 16 warps, then two steps a warp
-    assert gemv.tile_of("plain_mma", 1, 9728, 896) == (8, 1) and gemv.tile_of("plain_mma", 8, 2560, 2048) == (16, 1)
-    assert gemv.tile_of("plain_mma", 1, 896, 4864) == (16, 2) and gemv.tile_of("plain_mma", 1, 64, 128) == (1, 1)
+    assert gemv.tile_of("plain_mma", 1, 9728, 896) == (8, 1, 1) and gemv.tile_of("plain_mma", 8, 2560, 2048) == (16, 1, 1)
+    assert gemv.tile_of("plain_mma", 1, 896, 4864) == (16, 2, 1) and gemv.tile_of("plain_mma", 1, 64, 128) == (1, 1, 1)
 
 
 def _q8_bound(x, deq, ref, dtype):
@@ -193,7 +205,7 @@ def _q8_bound(x, deq, ref, dtype):
 @pytest.mark.gpu
 @pytest.mark.parametrize("fmt", ["int8", "fp8"])
 @pytest.mark.parametrize("dtype", [gp.bfloat16, gp.float16], ids=str)
-@pytest.mark.parametrize(("k", "group"), [(128, 128), (384, 128), (4096, 128), (4096, 256)])
+@pytest.mark.parametrize(("k", "group"), [(128, 128), (384, 128), (4096, 128), (4096, 256), (1536, 384)])
 def test_q8_tensor_core_gemv_against_float64(rng, fmt, dtype, k, group):
     """int8 and fp8 weights with half activations and groups of 128k run on
     tensor cores (gemv_mma): every row count 1..8, with and without bias, a

@@ -37,21 +37,35 @@ TILES = {
     "fp8": ((8, 2), (8, 2), (4, 4)),
 }
 # The tensor-core variants (MMA: half activations; int8, int4 and fp8 weights
-# in groups of 128k, or plain weights with K a multiple of 128): 16 columns a
-# block (the mma tile's rows), warps taking turns over the steps of K (128
+# in groups of 128k, or plain weights with K a multiple of 128): tiles of 16
+# columns (the mma tile's rows), warps taking turns over the steps of K (128
 # values). Quantized: warps a block as many as bring the grid to
 # MMA_WARPS_PER_SM a SM, 4 to 16; a warp's steps in flight: MMA_DEEP where the
 # grid has fewer blocks than SMs (there a warp's own latency is the time),
-# else MMA_STEADY[format] where a warp has more than one step (int4 at
-# 4096 -> 14336: two steps, 8-10% faster than one; int8 / fp8: one, two was
-# 13-20% slower). plain (4x int4's bytes a step): one warp a step up to 16 warps, two
+# else MMA_STEADY[format] where a warp has more than one step and the block
+# at most 8 warps (int4 at 4096 -> 14336, 4 warps: two steps, 5-10% faster
+# than one; at 14336 -> 4096, 16 warps: one, 4% faster than two; int8 / fp8:
+# one, two was 13-20% slower). plain (4x int4's bytes a step): one warp a step up to 16 warps, two
 # steps a warp past that, so that the whole of a short K is in flight at once.
 # All ran fastest on an H100 at Llama-3-8B's, Llama-1.1B's and Qwen2-0.5B's
 # shapes; int8 and fp8 (2x int4's bytes a step) within 3% of their best tile
 # at 4096 <-> 14336, 896 <-> 4864, 1, 2 and 8 rows
 # (benchmarks/results/2026-11-26_H100-80GB-HBM3_gemv-int8-fp8-mma-sweep.json,
 # ..._gemv-int4-depth-sweep.json).
+# int4 with 4 to 8 rows and at least 16 steps of K: two tiles a warp (32
+# columns a block), whose mma share the step's activations (4 rows of them
+# are as many bytes as a tile's int4 weights); warps a block toward
+# MMA_WARPS_PER_SM_2 a SM, and a warp's steps in flight: MMA_DEEP where the
+# grid fills at most half the SMs, its whole share of K where that is at
+# most 3 steps, else 2 (up to 8 warps) or 1 (16 warps). On an H100 at 8 rows,
+# 4096 -> 14336 / 14336 -> 4096: 14.0 / 14.5 us against 15.2 / 14.9 us with
+# one tile; the best (warps, depth) of 9 at Llama-3-8B's and Llama-1.1B's
+# shapes, 2048 -> 5632 3.5 us against 5.3. At 1 and 2 rows two tiles were no
+# faster (0-4% slower), nor at Qwen2-0.5B's 896 -> 4864 (7 steps of K)
+# (benchmarks/results/2026-11-26_H100-80GB-HBM3_gemv-int4-two-tiles-sweep.json,
+# ..._gemv-int4-two-tiles-check.json).
 MMA_WARPS_PER_SM = 24
+MMA_WARPS_PER_SM_2 = 10
 MMA_DEEP = 3
 MMA_STEADY = {"int4_mma": 2, "int8_mma": 1, "fp8_mma": 1}
 SMALL = 2  # rows the FFMA kernel takes ahead of cuBLASLt (decode_linear: K not a multiple of 128)
@@ -67,18 +81,25 @@ _CTYPES = {np.dtype(gp.bfloat16): "pgk::bfloat16", np.dtype(gp.float16): "pgk::h
 HALF = (np.dtype(gp.bfloat16), np.dtype(gp.float16))
 
 
-def tile_of(fmt: str, rows: int, n: int = 0, k: int = 0, sms: int = 132) -> tuple[int, int]:
+def tile_of(fmt: str, rows: int, n: int = 0, k: int = 0, sms: int = 132) -> tuple[int, ...]:
     """(warps per block, columns per warp) for ``rows`` rows of ``fmt``; for
-    the MMA variants, (warps per block, steps in flight) for an (n, k) weight on ``sms`` SMs."""
+    the MMA variants, (warps per block, steps in flight, 16-column tiles a
+    warp) for an (n, k) weight on ``sms`` SMs."""
     if fmt == "plain_mma":
         steps = max(1, k // 128)
         warps = min(16, 1 << (steps - 1).bit_length())
-        return warps, 2 if steps > warps else 1
+        return warps, 2 if steps > warps else 1, 1
     if fmt in MMA:  # quantized
-        blocks, steps = max(1, -(-n // 16)), max(1, k // 128)
-        want = -(-MMA_WARPS_PER_SM * sms // blocks)
+        tiles = 2 if fmt == "int4_mma" and rows >= 4 and k >= 16 * 128 else 1
+        blocks, steps = max(1, -(-n // (16 * tiles))), max(1, k // 128)
+        want = -(-(MMA_WARPS_PER_SM if tiles == 1 else MMA_WARPS_PER_SM_2) * sms // blocks)
         warps = min(16, max(4, 1 << (want - 1).bit_length()), steps)
-        return warps, MMA_DEEP if blocks < sms else (MMA_STEADY[fmt] if steps > warps else 1)
+        if tiles == 1:
+            return warps, MMA_DEEP if blocks < sms else (MMA_STEADY[fmt] if warps < steps and warps <= 8 else 1), 1
+        if 2 * blocks <= sms:
+            return warps, MMA_DEEP, 2
+        share = -(-steps // warps)
+        return warps, share if share <= 3 else (2 if warps <= 8 else 1), 2
     return TILES[fmt][min(rows, 3) - 1]
 
 
@@ -95,10 +116,9 @@ def variant(fmt: str, dtype: Any, group: int, k: int = 0) -> str:
     return fmt
 
 
-def grid_of(fmt: str, tile: tuple[int, int], n: int) -> int:
+def grid_of(fmt: str, tile: tuple[int, ...], n: int) -> int:
     """Blocks for ``n`` output columns."""
-    warps, cols = tile
-    return -(-n // (16 if fmt in MMA else warps * cols))
+    return -(-n // (16 * tile[2] if fmt in MMA else tile[0] * tile[1]))
 
 
 @cache
@@ -108,12 +128,13 @@ def _source() -> str:
 
 
 @cache
-def kernel(rows: int, fmt: str, ctype: str, tile: tuple[int, int] | None = None) -> Any:
+def kernel(rows: int, fmt: str, ctype: str, tile: tuple[int, ...] | None = None) -> Any:
     """The kernel for ``rows`` rows of ``ctype`` activations and ``fmt`` weights (a ``variant``)."""
-    warps, cols = tile or tile_of(fmt, rows)
     if fmt in MMA:
-        expr = f"pgk::gemv_mma<{rows}, {warps}, {cols}, {ctype}, {MMA[fmt].format(ctype)}>"
+        warps, depth, tiles = tile or tile_of(fmt, rows)
+        expr = f"pgk::gemv_mma<{rows}, {warps}, {depth}, {ctype}, {MMA[fmt].format(ctype)}, {tiles}>"
     else:
+        warps, cols = tile or tile_of(fmt, rows)
         weight = f"pgk::Plain<{ctype}>" if fmt == "plain" else _FORMATS[fmt]
         expr = f"pgk::gemv<{rows}, {weight}, {warps}, {cols}, {ctype}>"
     return gp.jit(
@@ -241,7 +262,7 @@ _FUSED_PARAMS = {kind: struct.Struct(fmt) for kind, (fmt, _) in _FUSED.items()}
 
 
 @cache
-def fused_kernel(kind: str, rows: int, ctype: str, tile: tuple[int, int]) -> Any:
+def fused_kernel(kind: str, rows: int, ctype: str, tile: tuple[int, ...]) -> Any:
     """The tensor-core GEMV of plain weights with the ``kind`` prologue ("add_rms" or "swiglu") for ``rows`` rows."""
     return gp.jit(_source(), f"pgk::gemv_mma_{kind}<{rows}, {tile[0]}, {tile[1]}, {ctype}>", signature=_FUSED[kind][1], name="gemv.cu",
                   dependent_launch=True)  # fmt: skip

@@ -280,11 +280,12 @@ gemv(const TX* __restrict__ x, const unsigned char* __restrict__ q, const void* 
 // tile of the weight is the mma's A (16 x 16 per k16), the activation rows
 // its B columns (M <= 8 of 8), so the cost does not grow with M. The k order
 // inside a step is free as long as A and B agree.
-// Lane (r, q) = (lane / 4, lane % 4) reads weight rows r and r + 8 at
-// k = 128 s + 32 q .. + 31 (step s: 128 values) and row r of the
-// activations there (4 x 16 bytes); a block's WARPS warps take every WARPS-th
-// step of the same 16 rows (more loads in flight over short K loops) and meet
-// in shared memory; each warp keeps DEPTH steps of weights in flight.
+// Lane (r, q) = (lane / 4, lane % 4) reads weight rows r and r + 8 (of each
+// of the warp's T tiles of 16 rows) at k = 128 s + 32 q .. + 31 (step s: 128
+// values) and activation row min(r, M - 1) there (4 x 16 bytes); a block's
+// WARPS warps take every WARPS-th step of the same 16 T rows (more loads in
+// flight over short K loops) and meet in shared memory; each warp keeps
+// DEPTH steps of weights in flight.
 // The weight formats (W): LOADS 16-byte loads a row a step, the group scale
 // (of type S, applied once a step) or none, and operands(): the A registers
 // and B registers of the step's j-th pair of mma (j < 4) from the lane's
@@ -439,8 +440,11 @@ struct PlainOperands {
 
 // The kernel's body; x_rows(), called after the wait, gives the M activation
 // rows (row stride K) that the steps read: the input itself, or rows a fused
-// prologue built in shared memory (below).
-template <int M, int WARPS, int DEPTH, class TX, class W, class XRows>
+// prologue built in shared memory (below). A warp takes T tiles of 16 rows
+// (16 T columns a block), whose mma share the step's activations: at T = 2
+// a warp reads its activations (M rows of 256 bytes a step, from L1) once
+// for 2 KB of int4 weights instead of 1 KB.
+template <int M, int WARPS, int DEPTH, class TX, class W, int T, class XRows>
 __device__ __forceinline__ void gemv_mma_body(XRows x_rows, const unsigned char* __restrict__ q,
                                               const typename W::S* __restrict__ scales, const TX* __restrict__ bias,
                                               TX* __restrict__ y, int N, int K, int G) {
@@ -448,33 +452,39 @@ __device__ __forceinline__ void gemv_mma_body(XRows x_rows, const unsigned char*
   using S = typename W::S;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int r = lane >> 2, quad = lane & 3;
-  const int n0 = blockIdx.x * 16;
+  const int n0 = blockIdx.x * 16 * T;
   const long long row_bytes = (long long)K * L / 2;  // 16 L bytes per 32 values
   const int groups = W::SCALED ? K / G : 0, steps = K / 128;
-  const int rows[2] = {min(n0 + r, N - 1), min(n0 + r + 8, N - 1)};  // rows past N repeat the last one, never stored
-  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  int rows[T][2];  // rows past N repeat the last one, never stored
+#pragma unroll
+  for (int u = 0; u < T; ++u) rows[u][0] = min(n0 + 16 * u + r, N - 1), rows[u][1] = min(n0 + 16 * u + r + 8, N - 1);
+  float acc[T][4] = {};
   // A step's group s / (G / 128) as a shift where G / 128 is a power of two
   // (every usual group size): a 64-bit division there cost more instructions
   // a step than the step's mma.
-  const S* srow[2];
+  const S* srow[T][2];
 #pragma unroll
-  for (int h = 0; h < 2; ++h) srow[h] = W::SCALED ? scales + (long long)rows[h] * groups : nullptr;
+  for (int u = 0; u < T; ++u)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) srow[u][h] = W::SCALED ? scales + (long long)rows[u][h] * groups : nullptr;
   const unsigned per_group = W::SCALED ? G / 128 : 1;
   const bool pow2 = (per_group & (per_group - 1)) == 0;
   const int shift = __ffs(per_group) - 1;
   // A ring of DEPTH steps of weights and scales in registers: the warp's
   // next DEPTH - 1 steps are in flight while one is used (a warp's steps are
   // few, so each one waited for would cost a whole DRAM latency).
-  uint4 w[DEPTH][2][L];
-  S sc[DEPTH][2];
-  auto load = [&](uint4 (&dw)[2][L], S (&ds)[2], int s) {
+  uint4 w[DEPTH][T][2][L];
+  S sc[DEPTH][T][2];
+  auto load = [&](uint4 (&dw)[T][2][L], S (&ds)[T][2], int s) {
     const int g = pow2 ? s >> shift : (int)((unsigned)s / per_group);
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
+    for (int u = 0; u < T; ++u)
 #pragma unroll
-      for (int v = 0; v < L; ++v) dw[h][v] = reinterpret_cast<const uint4*>(q + rows[h] * row_bytes)[(s * 4 + quad) * L + v];
-      if constexpr (W::SCALED) ds[h] = srow[h][g];
-    }
+      for (int h = 0; h < 2; ++h) {
+#pragma unroll
+        for (int v = 0; v < L; ++v) dw[u][h][v] = reinterpret_cast<const uint4*>(q + rows[u][h] * row_bytes)[(s * 4 + quad) * L + v];
+        if constexpr (W::SCALED) ds[u][h] = srow[u][h][g];
+      }
   };
 #pragma unroll
   for (int i = 0; i < DEPTH; ++i)
@@ -489,57 +499,66 @@ __device__ __forceinline__ void gemv_mma_body(XRows x_rows, const unsigned char*
       if (s >= steps) break;
       uint4 xa[4];  // this lane's 32 activations (row min(r, M - 1): columns past M are never stored)
 #pragma unroll
-      for (int v = 0; v < 4; ++v)
-        xa[v] = reinterpret_cast<const uint4*>(xr + (long long)s * 128)[v];
-      float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      for (int v = 0; v < 4; ++v) xa[v] = reinterpret_cast<const uint4*>(xr + (long long)s * 128)[v];
+      float d[T][4] = {};
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        unsigned a[2][4], b[4];
-        W::operands(w[i], xa[j], j, a, b);
-        mma16816<TX>(d, a[0], b[0], b[1]);
-        mma16816<TX>(d, a[1], b[2], b[3]);
-      }
-      // d: rows r (d[0], d[1]) and r + 8 (d[2], d[3]) of the tile, activation rows 2q and 2q + 1
-      if constexpr (W::SCALED) {
-        const float s0f = static_cast<float>(sc[i][0]), s1f = static_cast<float>(sc[i][1]);
-        acc[0] = fmaf(d[0], s0f, acc[0]);
-        acc[1] = fmaf(d[1], s0f, acc[1]);
-        acc[2] = fmaf(d[2], s1f, acc[2]);
-        acc[3] = fmaf(d[3], s1f, acc[3]);
-      } else {
+      for (int j = 0; j < 4; ++j)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) acc[e] += d[e];
+        for (int u = 0; u < T; ++u) {
+          unsigned a[2][4], b[4];
+          W::operands(w[i][u], xa[j], j, a, b);
+          mma16816<TX>(d[u], a[0], b[0], b[1]);
+          mma16816<TX>(d[u], a[1], b[2], b[3]);
+        }
+      // d[u]: rows r (d[u][0], d[u][1]) and r + 8 (d[u][2], d[u][3]) of tile u, activation rows 2q and 2q + 1
+#pragma unroll
+      for (int u = 0; u < T; ++u) {
+        if constexpr (W::SCALED) {
+          const float s0f = static_cast<float>(sc[i][u][0]), s1f = static_cast<float>(sc[i][u][1]);
+          acc[u][0] = fmaf(d[u][0], s0f, acc[u][0]);
+          acc[u][1] = fmaf(d[u][1], s0f, acc[u][1]);
+          acc[u][2] = fmaf(d[u][2], s1f, acc[u][2]);
+          acc[u][3] = fmaf(d[u][3], s1f, acc[u][3]);
+        } else {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) acc[u][e] += d[u][e];
+        }
       }
       if (s + DEPTH * WARPS < steps) load(w[i], sc[i], s + DEPTH * WARPS);
     }
   }
   if constexpr (WARPS > 1) {
-    __shared__ float4 part[WARPS][32];
-    part[warp][lane] = make_float4(acc[0], acc[1], acc[2], acc[3]);
+    __shared__ float4 part[WARPS][T][32];
+#pragma unroll
+    for (int u = 0; u < T; ++u) part[warp][u][lane] = make_float4(acc[u][0], acc[u][1], acc[u][2], acc[u][3]);
     __syncthreads();
     if (warp != 0) return;
 #pragma unroll
-    for (int v = 1; v < WARPS; ++v) {
-      const float4 p = part[v][lane];
-      acc[0] += p.x, acc[1] += p.y, acc[2] += p.z, acc[3] += p.w;
-    }
+    for (int v = 1; v < WARPS; ++v)
+#pragma unroll
+      for (int u = 0; u < T; ++u) {
+        const float4 p = part[v][u][lane];
+        acc[u][0] += p.x, acc[u][1] += p.y, acc[u][2] += p.z, acc[u][3] += p.w;
+      }
   }
 #pragma unroll
-  for (int e = 0; e < 4; ++e) {
-    const int m = 2 * quad + (e & 1), n = n0 + r + 8 * (e >> 1);
-    if (m < M && n < N) y[(long long)m * N + n] = TX(bias ? acc[e] + to_f(bias[n]) : acc[e]);
-  }
+  for (int u = 0; u < T; ++u)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int m = 2 * quad + (e & 1), n = n0 + 16 * u + r + 8 * (e >> 1);
+      if (m < M && n < N) y[(long long)m * N + n] = TX(bias ? acc[u][e] + to_f(bias[n]) : acc[u][e]);
+    }
 }
 
 // DEEP_MIN_BLOCKS: the blocks an SM that ptxas is told to fit for DEPTH > 1
 // (0: its own choice). Such tiles run where the grid has fewer blocks than
 // SMs; left to itself ptxas fit 8-bit weights' 16 x 2 tiles into 64
 // registers, spilling, for two blocks an SM that never come (88 without).
-template <int M, int WARPS, int DEPTH, class TX, class W>
+template <int M, int WARPS, int DEPTH, class TX, class W, int T = 1>
 __global__ void __launch_bounds__(WARPS * 32, DEPTH > 1 ? W::DEEP_MIN_BLOCKS : 0)
 gemv_mma(const TX* __restrict__ x, const unsigned char* __restrict__ q, const typename W::S* __restrict__ scales,
          const TX* __restrict__ bias, TX* __restrict__ y, int N, int K, int G) {
-  gemv_mma_body<M, WARPS, DEPTH, TX, W>([&] { return x; }, q, scales, bias, y, N, K, G);
+  gemv_mma_body<M, WARPS, DEPTH, TX, W, T>([&] { return x; }, q, scales, bias, y, N, K, G);
 }
 
 // Fused prologues for plain weights (the ops add_rms_norm_linear and
@@ -614,7 +633,7 @@ gemv_mma_add_rms(const TX* __restrict__ a, const TX* __restrict__ r, const TX* _
     __syncthreads();
     return static_cast<const TX*>(rows);
   };
-  gemv_mma_body<M, WARPS, DEPTH, TX, PlainOperands>(build, q, nullptr, bias, y, N, K, 0);
+  gemv_mma_body<M, WARPS, DEPTH, TX, PlainOperands, 1>(build, q, nullptr, bias, y, N, K, 0);
 }
 
 // y = (silu(gate) * up) @ w.T (+ bias), the activation in float32 rounded to
@@ -639,7 +658,7 @@ gemv_mma_swiglu(const TX* __restrict__ gu, long long ld, const unsigned char* __
     __syncthreads();
     return static_cast<const TX*>(rows);
   };
-  gemv_mma_body<M, WARPS, DEPTH, TX, PlainOperands>(build, q, nullptr, bias, y, N, K, 0);
+  gemv_mma_body<M, WARPS, DEPTH, TX, PlainOperands, 1>(build, q, nullptr, bias, y, N, K, 0);
 }
 
 }  // namespace pgk
