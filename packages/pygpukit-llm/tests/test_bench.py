@@ -40,6 +40,21 @@ def test_bench_llm_writes_every_figure(tmp_path):
         assert p["decode_b1_replay_ms"] > 0 and p["decode_b1_graph_nodes"] >= cfg["num_hidden_layers"] * 6
 
 
+@pytest.mark.parametrize(("fmt", "per_weight"), [(None, 2.0), ("int8", 1.0), ("int4", 0.5)])
+def test_step_bytes_count_quantized_projections_packed(tmp_path, fmt, per_weight):
+    """A batch-1 step reads each weight once: bfloat16 bytes, or for the
+    layers' quantized projections their packed weight and half scales (one a
+    group of 128); embeddings, norms and the head stay bfloat16."""
+    from pygpukit_llm.safetensors import Checkpoint
+
+    directory = bench.random_checkpoint(tmp_path / "m", "tiny-llama")
+    model = pygpukit_llm.load(directory, "bfloat16", quantize=fmt)
+    # vocab 512, hidden 128, intermediate 256, 2 layers, head_dim 64, 1 kv head
+    projections = [(128 + 2 * 64, 128), (128, 128), (2 * 256, 128), (128, 256)]  # qkv, o, gate and up, down
+    proj = sum(n * k * per_weight + (0 if fmt is None else n * (k // 128) * 2) for n, k in projections)
+    assert bench.step_bytes(model, Checkpoint(directory)) == 2 * (2 * 512 * 128 + 128 + 2 * 2 * 128) + 2 * proj
+
+
 def test_decode_rates_end_to_end_and_steady(monkeypatch):
     """On a clock that a fake generation advances: 5 s of prefill and setup,
     then 1 s per token; 4 tokens for 2 prompts."""

@@ -18,8 +18,8 @@ first) measures, in one run:
   between kernels (the replay time minus the ops' sum).
 
 The bandwidth limit of batch-1 decode is the weight bytes over the device's
-copy rate (each step reads every weight once); it is reported beside the
-figures. transformers runs the same checkpoint (eager generate, dynamic cache,
+copy rate (each step reads every weight once; a quantized projection its
+packed weight and scales); it is reported beside the figures. transformers runs the same checkpoint (eager generate, dynamic cache,
 sdpa attention); with ``compile=True`` also with a static cache and
 torch.compile.
 """
@@ -41,7 +41,7 @@ import numpy as np
 import pygpukit as gp
 
 from .generate import GenerationConfig, generate_ids
-from .model import QUANTIZE, load
+from .model import QUANTIZE, QuantizedLinear, load
 from .safetensors import Checkpoint, save_file
 
 __all__ = ["SHAPES", "breakdown", "main", "measure", "random_checkpoint"]
@@ -161,6 +161,21 @@ def decode_rates(model: Any, prompts: list[list[int]], cfg: GenerationConfig, re
     return len(prompts) * n / total, (len(prompts) * (n - 1) / steady if n > 1 and steady > 0 else None)
 
 
+def step_bytes(model: Any, ckpt: Checkpoint) -> int:
+    """The bytes a batch-1 decode step reads: every weight of the checkpoint
+    once in the model's dtype, except that a quantized projection
+    (``load(quantize=...)``) reads its packed weight and scales instead."""
+    size = model.dtype.itemsize
+    total = sum(math.prod(ckpt.info(n).shape) for n in ckpt.keys()) * size
+    for layer in model.layers:
+        for block in (layer.attn, layer.mlp):
+            for part in vars(block).values():
+                if isinstance(part, QuantizedLinear):
+                    qw = part.weight
+                    total -= math.prod(qw.shape) * size - qw.q.nbytes - qw.scales.nbytes
+    return total
+
+
 def measure(
     directory: str | os.PathLike[str], dtype: str = "bfloat16", batches: Sequence[int] = (1, 8), prompt: int = 16, new: int = 128,
     prefill: int = 2048, reps: int = 3, cuda_graph: bool = True, quantize: str | None = None, per_op: bool = False,
@@ -173,8 +188,7 @@ def measure(
     model = load(path, dtype, progress=False, quantize=quantize)
     gp.synchronize()
     out: dict[str, Any] = {"load_s": time.perf_counter() - t0, "device_bytes": gp.memory.stats()["allocated_bytes"] - before}
-    ckpt = Checkpoint(path)  # the bytes each batch-1 step reads: every weight once, in the model's dtype (unquantized)
-    out["weight_bytes"] = sum(math.prod(ckpt.info(n).shape) for n in ckpt.keys()) * model.dtype.itemsize
+    out["weight_bytes"] = step_bytes(model, Checkpoint(path))
     rng = np.random.default_rng(0)
     vocab = model.config.vocab_size
     cfg = GenerationConfig(max_new_tokens=new, greedy=True, cuda_graph=cuda_graph)
