@@ -19,8 +19,9 @@ first) measures, in one run:
 
 The bandwidth limit of batch-1 decode is the weight bytes over the device's
 copy rate (each step reads every weight once; a quantized projection its
-packed weight and scales); it is reported beside the figures. transformers runs the same checkpoint (eager generate, dynamic cache,
-sdpa attention); with ``compile=True`` also with a static cache and
+packed weight and scales: ``step_bytes``); it is reported beside the
+figures. transformers runs the same checkpoint (eager generate, dynamic
+cache, sdpa attention); with ``compile=True`` also with a static cache and
 torch.compile.
 """
 
@@ -44,7 +45,7 @@ from .generate import GenerationConfig, generate_ids
 from .model import QUANTIZE, QuantizedLinear, load
 from .safetensors import Checkpoint, save_file
 
-__all__ = ["SHAPES", "breakdown", "main", "measure", "random_checkpoint"]
+__all__ = ["SHAPES", "breakdown", "main", "measure", "random_checkpoint", "step_bytes"]
 
 # config.json of the issue's reference shapes (Qwen2-0.5B and TinyLlama-1.1B), as transformers writes them
 SHAPES: dict[str, dict[str, Any]] = {

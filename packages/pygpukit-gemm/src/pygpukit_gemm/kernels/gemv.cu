@@ -312,7 +312,7 @@ __device__ __forceinline__ unsigned fma2(unsigned a, unsigned b, unsigned c) {
 
 // (a & B) | C in one LOP3. Written in C++, ptxas kept neither constant in a
 // register and built one (IMAD.MOV) before every LOP3: 28 more instructions
-// in an int4 step of about 190.
+// in an int4 step that takes about 150 without them.
 template <unsigned B, unsigned C>
 __device__ __forceinline__ unsigned and_or(unsigned a) {
   unsigned d;
