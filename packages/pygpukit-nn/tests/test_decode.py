@@ -308,6 +308,29 @@ def test_kernel_matrix(rng, dtype):
 
 
 @pytest.mark.gpu
+def test_kernel_merges_more_splits_than_one_batch(rng):
+    """The last block folds the splits' partials 16 at a time: more splits than
+    that, and a count that leaves a partial batch (an fp8 cache at 8192 keys on
+    the CUDA-core kernel: 33 splits on 132 SMs; a bf16 MQA cache on tensor
+    cores at 2048 keys: 32)."""
+    from pygpukit import _runtime
+
+    sms = _runtime.get().props["multiprocessor_count"]
+    for dtype, kv, hq, hkv, n in ((gp.bfloat16, "fp8_e4m3", 32, 8, 8192), (gp.float16, None, 8, 1, 2048)):
+        splits = decode.launch_shape(1, hkv, hq, 1, n, decode.knobs(128, kv is not None, n), sms)[2]
+        assert splits > 16, (kv, splits)
+        k, v = rand(rng, (1, n, hkv, 128), dtype), rand(rng, (1, n, hkv, 128), dtype)
+        q = rand(rng, (1, 1, hq, 128), dtype)
+        cache = _cache(False, 1, n, hkv, 128, dtype, **({"kv_dtype": kv} if kv else {}))
+        _fill(cache, k, v, [n], piece=4096)
+        got = decode_attention(gp.from_numpy(q.astype(dtype)), cache).to_numpy()
+        if kv:
+            ks, vs = (s.to_numpy() for s in cache.scales())
+            k, v = _np_fp8(k, ks), _np_fp8(v, vs)
+        assert rel_err(got, np_decode(q, k, v, [n])) < TOL[np.dtype(dtype)], (kv, splits)
+
+
+@pytest.mark.gpu
 def test_kernel_deterministic_and_writes_every_output(rng):
     """Two runs give the same bits (the split merge is ordered); outputs land in
     memory the pool held NaN in."""

@@ -64,7 +64,7 @@ MIN_SPLIT_STEPS = 4  # a split reads at least this many block steps of keys
 # H100 at 144 keys, two splits: Qwen2-0.5B's decode step 744 -> 675 us,
 # Llama-1.1B's 1045 -> 980 us)
 MIN_SPLITS = 4
-MAX_SPLITS = 128  # kDecodeMaxSplits in decode_attn.cu
+MAX_SPLITS = 128  # splits of a sequence at most (beyond a wave of blocks, more only add partials to merge)
 # The tensor-core kernel's knobs (decode_attn_tc; the CUDA-core kernel's are above), by the
 # keys a call reads (H100 sweep, `..._nn-decode-tc-sweep.json`): fewer than TC_MID_KEYS (a
 # model's decode steps over short prompts, up to 256 keys unsplit; splits of two steps), up
@@ -77,7 +77,10 @@ TC_LONG_WARPS, TC_LONG_STAGES, TC_LONG_BLOCKS_PER_SM = 8, 2, 1
 TC_MID_KEYS, TC_LONG_KEYS = 1024, 4096
 TC_ROWS = 16  # query rows per block: the mma's M
 TC_MIN_SPLIT_STEPS = 2  # a split reads at least this many block steps (16 keys a warp each); 1 from TC_MID_KEYS to TC_LONG_KEYS
-TC_PREFETCH = 256  # keys of its slice a contiguous cache's block asks L2 for before it waits for the kernel before it (SM 90)
+# keys of its slice a contiguous cache's block asks L2 for before it waits for the kernel before it (SM 90); an H100
+# sweep of 0 / 64 / 128 / 256 / 512 (`..._nn-decode-lean-merge-prefetch-sweep.json`): 128 is within 1% of the best at
+# 1k, 8k and 32k keys and 5% faster than 256 at 4k, where 256 keys are a whole slice and its burst delays the wait
+TC_PREFETCH = 128
 _HALF = (np.dtype(gp.bfloat16), np.dtype(gp.float16))
 _FLOATS = (*_HALF, np.dtype(np.float32), np.dtype(np.float64))
 _LOG2E = 1.4426950408889634
@@ -224,13 +227,14 @@ def _keys_per_step(fp8: bool) -> int:
     return max(1, STAGE_BYTES // (16 if fp8 else 32))
 
 
-def _smem(head_dim: int, fp8: bool, kn: Knobs, rows: int, splits: int) -> int:
-    """Dynamic shared memory bytes: the K / V ring, reused by the warps' and the splits' merges."""
+def _smem(head_dim: int, fp8: bool, kn: Knobs, rows: int) -> int:
+    """Dynamic shared memory bytes: the K / V ring, reused by the warps' merge (DecodeWarpParts in decode_attn.cu:
+    each warp's rows' accumulators, padded by 4 floats, and their m and l)."""
     if tensor_cores(head_dim, fp8):  # per warp [stages][K, V][16 keys][head_dim + 8] (padded rows)
         ring = kn.warps * kn.stages * 2 * 16 * (head_dim + 8) * 2
     else:
         ring = kn.stages * _keys_per_step(fp8) * 2 * (8 if fp8 else 16) * kn.warps * 32
-    return max(ring, 4 * kn.warps * rows * (head_dim + 2), 4 * rows * (splits + 1))
+    return max(ring, 4 * kn.warps * rows * (head_dim + 6))
 
 
 def launch_shape(batch: int, heads: int, q_heads: int, tokens: int, keys: int, kn: Knobs, sms: int) -> tuple[int, int, int]:
@@ -271,9 +275,8 @@ def _plan(q: Any, k_cache: Any, v_cache: Any, lengths: Any, block_table: Any, k_
         kt = _CTYPES[k_cache.dtype]
         kern = _kernel(_CTYPES[q.dtype], kt, lay.head_dim, rows, lay.paged, kn.warps, _keys_per_step(lay.fp8), kn.stages, kn.blocks)
     fn = kern._function(rt)
-    smem = _smem(lay.head_dim, lay.fp8, kn, rows, splits)
-    # the same for every plan of fn
-    rt.native.function_set_max_dynamic_shared_memory(fn, _smem(lay.head_dim, lay.fp8, kn, rows, MAX_SPLITS))
+    smem = _smem(lay.head_dim, lay.fp8, kn, rows)
+    rt.native.function_set_max_dynamic_shared_memory(fn, smem)  # the same for every plan of fn
     part = 0 if splits == 1 else lay.batch * tq * hq * splits * (lay.head_dim + 2)
     ints = (hq, lay.heads, tq, chunks, splits, lay.cap, lay.block_shift, lay.table_width, win)
     return (

@@ -55,8 +55,6 @@
 
 namespace pgk {
 
-constexpr int kDecodeMaxSplits = 128;  // MAX_SPLITS in decode.py
-
 __device__ __forceinline__ float decode_neg_inf() { return -__int_as_float(0x7f800000); }
 
 // Lanes that read one key of D elements, 8 each: D / 8 rounded up to a power of two.
@@ -177,117 +175,127 @@ struct DecodeSlice {
   }
 };
 
-// The end of both kernels: every warp's (m, l, acc) of the block's ROWS rows
-// are in shared memory ([WARPS][ROWS][D] accumulators, then [WARPS][ROWS] m
-// and l); they merge, and with one split the rows are written, otherwise the
-// block's partials are, and the last block of the (b, h, chunk) merges the
-// splits. vs: the V scale (fp8) times Chunk8's factor.
+// Running merge of split partials (m, l, acc[4]) in split order: fold in N
+// more (rescaling what is folded so far to the larger max).
+struct DecodeMerge {
+  float m = decode_neg_inf(), l = 0.0f, o[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  template <int N>
+  __device__ __forceinline__ void fold(const float2 (&ml)[N], const float4 (&a)[N]) {
+    float mx = m;
+#pragma unroll
+    for (int j = 0; j < N; ++j) mx = fmaxf(mx, ml[j].x);
+    const float base = mx == decode_neg_inf() ? 0.0f : mx;
+    const float c = exp2f(m - base);
+    l *= c, o[0] *= c, o[1] *= c, o[2] *= c, o[3] *= c;
+#pragma unroll
+    for (int j = 0; j < N; ++j) {
+      const float w = exp2f(ml[j].x - base);
+      l += ml[j].y * w;
+      o[0] += a[j].x * w, o[1] += a[j].y * w, o[2] += a[j].z * w, o[3] += a[j].w * w;
+    }
+    m = mx;
+  }
+};
+
+// Where the warps of a block leave their (m, l, acc) for decode_finish, over
+// the ring (once every warp is done with it): [WARPS][ROWS][D + 4]
+// accumulators (rows padded: a warp's stores of its rows spread over the
+// banks, where rows D floats apart all start on bank 0), then [WARPS][ROWS]
+// m and l (decode.py's _smem counts D + 6 floats a warp's row).
+template <int D, int ROWS, int WARPS>
+struct DecodeWarpParts {
+  static constexpr int SD = D + 4;
+  float *acc, *m, *l;
+  __device__ __forceinline__ explicit DecodeWarpParts(unsigned char* smem)
+      : acc(reinterpret_cast<float*>(smem)), m(acc + WARPS * ROWS * SD), l(m + WARPS * ROWS) {}
+  __device__ __forceinline__ float* row(int w, int r) const { return acc + (w * ROWS + r) * SD; }
+};
+
+// The end of both kernels: every warp's (m, l, acc) of the block's first nr
+// rows (the chunk's real ones) are in shared memory (DecodeWarpParts); they
+// merge, and with one split the rows are written. Split, each block writes its partials to `part` (L2) and the last
+// block of the (b, h, chunk) to arrive (an atomic counter per group, which
+// that block resets) reads them all back in one round trip, merges them in
+// split order (deterministic) and writes the rows. vs: the V scale (fp8)
+// times Chunk8's factor.
 template <class T, int D, int ROWS, int WARPS>
 __device__ __forceinline__ void decode_finish(T* __restrict__ out, float* __restrict__ part, int* __restrict__ counters, float vs,
                                               int Hq, int Hkv, int Tq, int chunks, int splits, int chunk, int split, int h, int b) {
   constexpr int THREADS = WARPS * 32;
   const float NEG_INF = decode_neg_inf();
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int G = Hq / Hkv, R = G * Tq;
+  const int nr = min(ROWS, R - chunk * ROWS);  // the chunk's real rows
   extern __shared__ __align__(16) unsigned char decode_smem[];
-  const float* s_acc = reinterpret_cast<const float*>(decode_smem);
-  const float* s_m = s_acc + WARPS * ROWS * D;
-  const float* s_l = s_m + WARPS * ROWS;
+  const DecodeWarpParts<D, ROWS, WARPS> wp(decode_smem);
   const long long rows_total = (long long)gridDim.z * Tq * Hq;
   float* part_ml = part + rows_total * splits * D;  // (rows_total, splits) pairs (m, l) after the accumulators
+  auto out_row = [&](int r) { const int rr = chunk * ROWS + r; return (long long)(b * Tq + rr / G) * Hq + h * G + rr % G; };
+  auto store = [&](long long row, int d, const float (&o)[4], float lsum) {
+    const float f = lsum > 0.0f ? vs / lsum : 0.0f;
+    Vec<T, 4> y;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) y.v[e] = T(o[e] * f);
+    *reinterpret_cast<Vec<T, 4>*>(out + row * D + d) = y;
+  };
   // Item i: row i / (D / 4), elements 4 * (i % (D / 4)) .. + 3.
-  for (int i = threadIdx.x; i < ROWS * (D / 4); i += THREADS) {
-    const int r = i / (D / 4), d = 4 * (i % (D / 4)), rr = chunk * ROWS + r;
-    if (rr >= R) continue;
+  for (int i = threadIdx.x; i < nr * (D / 4); i += THREADS) {
+    const int r = i / (D / 4), d = 4 * (i % (D / 4));
     float mx = NEG_INF;
 #pragma unroll
-    for (int w = 0; w < WARPS; ++w) mx = fmaxf(mx, s_m[w * ROWS + r]);
+    for (int w = 0; w < WARPS; ++w) mx = fmaxf(mx, wp.m[w * ROWS + r]);
     const float base = mx == NEG_INF ? 0.0f : mx;
     float lsum = 0.0f, o[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
     for (int w = 0; w < WARPS; ++w) {
-      const float c = exp2f(s_m[w * ROWS + r] - base);
-      lsum += s_l[w * ROWS + r] * c;
-      const float4 a = *reinterpret_cast<const float4*>(&s_acc[(w * ROWS + r) * D + d]);
+      const float c = exp2f(wp.m[w * ROWS + r] - base);
+      lsum += wp.l[w * ROWS + r] * c;
+      const float4 a = *reinterpret_cast<const float4*>(wp.row(w, r) + d);
       o[0] += a.x * c, o[1] += a.y * c, o[2] += a.z * c, o[3] += a.w * c;
     }
-    const long long row = (long long)(b * Tq + rr / G) * Hq + h * G + rr % G;
     if (splits == 1) {
-      const float f = lsum > 0.0f ? vs / lsum : 0.0f;
-      Vec<T, 4> y;
-#pragma unroll
-      for (int e = 0; e < 4; ++e) y.v[e] = T(o[e] * f);
-      *reinterpret_cast<Vec<T, 4>*>(out + row * D + d) = y;
+      store(out_row(r), d, o, lsum);
     } else {
+      const long long row = out_row(r);
       *reinterpret_cast<float4*>(part + (row * splits + split) * D + d) = make_float4(o[0], o[1], o[2], o[3]);
       if (d == 0) *reinterpret_cast<float2*>(part_ml + (row * splits + split) * 2) = make_float2(mx, lsum);
     }
   }
   if (splits == 1) return;
 
-  // The last block of this (b, h, chunk) to finish merges the splits.
+  // The last block of this (b, h, chunk) to finish merges the splits: the
+  // block's stores, then one release-acquire count by thread 0 (cumulative
+  // over the barrier, as CUTLASS's semaphore does).
   __shared__ int s_last;
-  __threadfence();  // this thread's partials are visible device-wide before the count
   __syncthreads();
   int* counter = counters + ((long long)b * Hkv + h) * chunks + chunk;
-  if (threadIdx.x == 0) s_last = atomicAdd(counter, 1) == splits - 1;
+  if (threadIdx.x == 0) {
+    int old;
+    asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], %2;" : "=r"(old) : "l"(counter), "r"(1) : "memory");
+    s_last = old == splits - 1;
+    if (s_last) *counter = 0;  // ready for the next launch on this stream
+  }
   __syncthreads();
   if (!s_last) return;
-  __threadfence();
-  // A warp per row weighs the splits, c = exp2(m - max m), and sums l * c: all
-  // its (m, l) loaded at once (__ldcg: from L2, where the other blocks' partials are).
-  float* s_c = reinterpret_cast<float*>(decode_smem);  // [ROWS][splits], then the ROWS sums (s_acc is done)
-  float* s_sum = s_c + ROWS * splits;
-  for (int r = warp; r < ROWS; r += WARPS) {
-    const int rr = chunk * ROWS + r;
-    if (rr >= R) continue;
-    const long long row = (long long)(b * Tq + rr / G) * Hq + h * G + rr % G;
-    const float2* ml = reinterpret_cast<const float2*>(part_ml) + row * splits;
-    float2 p[kDecodeMaxSplits / 32];
-    float mx = NEG_INF;
-#pragma unroll
-    for (int k = 0; k < kDecodeMaxSplits / 32; ++k) {
-      const int sp = lane + 32 * k;
-      p[k] = sp < splits ? __ldcg(ml + sp) : make_float2(NEG_INF, 0.0f);
-      mx = fmaxf(mx, p[k].x);
-    }
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
-    const float base = mx == NEG_INF ? 0.0f : mx;
-    float lsum = 0.0f;
-#pragma unroll
-    for (int k = 0; k < kDecodeMaxSplits / 32; ++k) {
-      const int sp = lane + 32 * k;
-      if (sp < splits) {
-        const float c = exp2f(p[k].x - base);
-        s_c[r * splits + sp] = c;
-        lsum += p[k].y * c;
-      }
-    }
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) lsum += __shfl_xor_sync(0xffffffffu, lsum, off);
-    if (lane == 0) s_sum[r] = lsum;
-  }
-  __syncthreads();
-  for (int i = threadIdx.x; i < ROWS * (D / 4); i += THREADS) {
-    const int r = i / (D / 4), d = 4 * (i % (D / 4)), rr = chunk * ROWS + r;
-    if (rr >= R) continue;
-    const long long row = (long long)(b * Tq + rr / G) * Hq + h * G + rr % G;
+  constexpr int BATCH = 16;  // splits whose partials a thread has in flight at once (__ldcg: from L2)
+  for (int i = threadIdx.x; i < nr * (D / 4); i += THREADS) {
+    const int r = i / (D / 4), d = 4 * (i % (D / 4));
+    const long long row = out_row(r);
     const float4* pa = reinterpret_cast<const float4*>(part + row * splits * D + d);
-    const float* c = s_c + r * splits;
-    float o[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll 16
-    for (int sp = 0; sp < splits; ++sp) {  // in split order: deterministic
-      const float4 a = __ldcg(pa + (long long)sp * (D / 4));
-      o[0] += a.x * c[sp], o[1] += a.y * c[sp], o[2] += a.z * c[sp], o[3] += a.w * c[sp];
-    }
-    const float f = s_sum[r] > 0.0f ? vs / s_sum[r] : 0.0f;
-    Vec<T, 4> y;
+    const float2* pm = reinterpret_cast<const float2*>(part_ml) + row * splits;
+    DecodeMerge mg;
+    for (int s0 = 0; s0 < splits; s0 += BATCH) {
+      float2 ml[BATCH];
+      float4 a[BATCH];
 #pragma unroll
-    for (int e = 0; e < 4; ++e) y.v[e] = T(o[e] * f);
-    *reinterpret_cast<Vec<T, 4>*>(out + row * D + d) = y;
+      for (int k = 0; k < BATCH; ++k) {
+        const bool ok = s0 + k < splits;
+        ml[k] = ok ? __ldcg(pm + s0 + k) : make_float2(NEG_INF, 0.0f);
+        a[k] = ok ? __ldcg(pa + (long long)(s0 + k) * (D / 4)) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      }
+      mg.fold(ml, a);
+    }
+    store(row, d, mg.o, mg.l);
   }
-  if (threadIdx.x == 0) *counter = 0;  // ready for the next launch on this stream
 }
 
 // WARPS warps; KPL keys per group per step; STAGES steps of K / V in flight
@@ -316,7 +324,7 @@ decode_attn(const T* __restrict__ q, long long qb, long long qt, long long qh, T
   const int li = lane & (LPK - 1);          // elements li * 8 .. li * 8 + 7 of a key
   const int grp = warp * GPW + lane / LPK;  // this lane's key group
   const bool lane_on = li < D / 8;
-  const int chunk = blockIdx.x % chunks, split = blockIdx.x / chunks;
+  const int chunk = blockIdx.x / splits, split = blockIdx.x % splits;
   const int h = blockIdx.y, b = blockIdx.z;
   const int G = Hq / Hkv, R = G * Tq;
 
@@ -463,21 +471,19 @@ decode_attn(const T* __restrict__ q, long long qb, long long qt, long long qh, T
       m[r] = mx;
     }
 
-  // ... and the warps through shared memory (the ring's, once every warp is done with it).
-  float* s_acc = reinterpret_cast<float*>(decode_smem);  // [WARPS][ROWS][D]
-  float* s_m = s_acc + WARPS * ROWS * D;                 // [WARPS][ROWS]
-  float* s_l = s_m + WARPS * ROWS;
+  // ... and the warps through shared memory.
+  const DecodeWarpParts<D, ROWS, WARPS> wp(decode_smem);
   __syncthreads();
   if (lane < LPK) {
 #pragma unroll
     for (int r = 0; r < ROWS; ++r) {
       if (lane == 0) {
-        s_m[warp * ROWS + r] = m[r];
-        s_l[warp * ROWS + r] = l[r];
+        wp.m[warp * ROWS + r] = m[r];
+        wp.l[warp * ROWS + r] = l[r];
       }
       if (lane_on)
 #pragma unroll
-        for (int e = 0; e < 8; ++e) s_acc[(warp * ROWS + r) * D + li * 8 + e] = acc[r][e];
+        for (int e = 0; e < 8; ++e) wp.row(warp, r)[li * 8 + e] = acc[r][e];
     }
   }
   __syncthreads();
@@ -524,7 +530,7 @@ decode_attn_tc(const T* __restrict__ q, long long qb, long long qt, long long qh
   if constexpr (PREFETCH > 0 && !PAGED) {
     if (threadIdx.x == 0 || threadIdx.x == 32) {
       const int hint = *reinterpret_cast<const volatile int*>(lengths + blockIdx.z);  // maybe before its append
-      const DecodeSlice<D, false> sl(&hint, table, 0, blockIdx.y, Hkv, Tq, splits, blockIdx.x / chunks, STEP, cap, block_shift,
+      const DecodeSlice<D, false> sl(&hint, table, 0, blockIdx.y, Hkv, Tq, splits, blockIdx.x % splits, STEP, cap, block_shift,
                                      table_width, window);
       if (sl.k1 > sl.k0) {
         const T* src = (threadIdx.x == 0 ? kc : vc) + ((long long)blockIdx.z * Hkv * cap * D) + sl.row(sl.k0, 0);
@@ -541,7 +547,7 @@ decode_attn_tc(const T* __restrict__ q, long long qb, long long qt, long long qh
   extern __shared__ __align__(16) unsigned char decode_smem[];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t4 = lane & 3;
   T* const ring = reinterpret_cast<T*>(decode_smem) + warp * (STAGES * 2 * TILE);  // this warp's [STAGES][K, V][TILE]
-  const int chunk = blockIdx.x % chunks, split = blockIdx.x / chunks;
+  const int chunk = blockIdx.x / splits, split = blockIdx.x % splits;
   const int h = blockIdx.y, b = blockIdx.z;
   const int G = Hq / Hkv, R = G * Tq;
   const DecodeSlice<D, PAGED> sl(lengths, table, b, h, Hkv, Tq, splits, split, STEP, cap, block_shift, table_width, window);
@@ -666,27 +672,25 @@ decode_attn_tc(const T* __restrict__ q, long long qb, long long qt, long long qh
   }
   cp_async_wait<0>();
 
-  // The quad's partial row sums, then this warp's rows into shared memory for decode_finish
-  // (over the ring, once every warp is done with it).
+  // The quad's partial row sums, then this warp's real rows into shared memory for decode_finish.
 #pragma unroll
   for (int hf = 0; hf < 2; ++hf) {
     l[hf] += __shfl_xor_sync(0xffffffffu, l[hf], 1);
     l[hf] += __shfl_xor_sync(0xffffffffu, l[hf], 2);
   }
-  float* s_acc = reinterpret_cast<float*>(decode_smem);  // [WARPS][ROWS][D]
-  float* s_m = s_acc + WARPS * ROWS * D;                 // [WARPS][ROWS]
-  float* s_l = s_m + WARPS * ROWS;
+  const DecodeWarpParts<D, ROWS, WARPS> wp(decode_smem);
   __syncthreads();
 #pragma unroll
   for (int hf = 0; hf < 2; ++hf) {
     const int r = g + 8 * hf;
+    if (chunk * ROWS + r >= R) continue;  // a padding row: decode_finish reads only the real ones
     if (t4 == 0) {
-      s_m[warp * ROWS + r] = m[hf];
-      s_l[warp * ROWS + r] = l[hf];
+      wp.m[warp * ROWS + r] = m[hf];
+      wp.l[warp * ROWS + r] = l[hf];
     }
 #pragma unroll
     for (int nd = 0; nd < ND; ++nd)
-      *reinterpret_cast<float2*>(&s_acc[(warp * ROWS + r) * D + nd * 8 + 2 * t4]) = make_float2(o[nd][2 * hf], o[nd][2 * hf + 1]);
+      *reinterpret_cast<float2*>(wp.row(warp, r) + nd * 8 + 2 * t4) = make_float2(o[nd][2 * hf], o[nd][2 * hf + 1]);
   }
   __syncthreads();
   decode_finish<T, D, ROWS, WARPS>(out, part, counters, 1.0f, Hq, Hkv, Tq, chunks, splits, chunk, split, h, b);
