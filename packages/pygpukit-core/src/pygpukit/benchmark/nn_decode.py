@@ -27,6 +27,7 @@ from .harness import Recorder, median_time_ms
 
 HQ, HKV, D = 32, 8, 128
 ROTATE_BYTES = 200 << 20  # bytes of cache the calls cycle over
+GRAPH_CALLS = 32  # calls a graph replay holds at least
 
 _READ_SRC = r"""
 #include "pgk/pdl.cuh"
@@ -90,21 +91,23 @@ def _cases(name: str, mod, ctx: int, rng) -> dict[str, tuple[Callable[[], object
             "decode_fp8": (lambda: decode_attention(gq, fp8, next(fp8_layers)), bf16_bytes // 2, 1),
         }
         if gp.backend() == "cuda":  # the reference reads lengths back: no graph on the CPU backend
-            # The same calls, one per layer, replayed from a CUDA graph: the device time
-            # of a decode step without the host's per-call cost (what a decode loop
-            # captured in a graph sees); per call = per replay / n.
+            # The same calls replayed from a CUDA graph, cycling over the layers, at least
+            # GRAPH_CALLS of them (a model's decode step holds a call per layer among its
+            # other kernels, so a replay's own launch is spread over many): the device time
+            # of a call without the host's per-call cost; per call = per replay / calls.
+            calls = max(n, GRAPH_CALLS)
             with gp.graph() as g:
-                for i in range(n):
-                    decode_attention(gq, flat, i)
-            cases["decode_bf16_graph"] = (g.replay, bf16_bytes * n, n)
+                for i in range(calls):
+                    decode_attention(gq, flat, i % n)
+            cases["decode_bf16_graph"] = (g.replay, bf16_bytes * calls, calls)
             read = gp.jit(_READ_SRC, "kv_read", dependent_launch=True)
             bufs = [gp.zeros((bf16_bytes // 4,), gp.uint32) for _ in range(n)]
             blocks = 2 * _runtime.get().props["multiprocessor_count"]
             sink = gp.zeros((blocks,), gp.uint32)
             with gp.graph() as g:
-                for buf in bufs:
-                    read((blocks,), (512,), buf, bf16_bytes // 16, sink)
-            cases["kv_read_floor_graph"] = (g.replay, bf16_bytes * n, n)
+                for i in range(calls):
+                    read((blocks,), (512,), bufs[i % n], bf16_bytes // 16, sink)
+            cases["kv_read_floor_graph"] = (g.replay, bf16_bytes * calls, calls)
         return cases
     if name == "torch":
         sdpa = mod.nn.functional.scaled_dot_product_attention
