@@ -20,10 +20,10 @@
 // the end) takes bf16 / fp16 caches to tensor cores: 32k keys 60 -> 55 us,
 // 144 keys 4.9 -> 3.2 us; fp8 caches and head_dim 256 stay on decode_attn.
 // Left for short and middle contexts: the chain of latencies of one call
-// (the wait for the kernel before, the length, a first DRAM read, and split,
-// the last block's merge through L2), 5-6 us.
+// (the wait for the kernel before, a first DRAM read, and split, the last
+// block's merge through L2), 3-4 us on an H100 (docs/nn.md has the phases).
 //
-// Grid: x = split * chunks + chunk, y = KV head h, z = sequence b. A block
+// Grid: x = chunk * splits + split, y = KV head h, z = sequence b. A block
 // owns ROWS "rows" of one KV head: row r = t * G + g is query token t of
 // query head h * G + g (G = Hq / Hkv, GQA), so every K/V byte it reads serves
 // all of them (more than 4 rows go to `chunks` blocks, which read the same
