@@ -211,8 +211,8 @@ def test_launch_shape():
     assert decode.launch_shape(64, 8, 32, 1, 8192, cuda_cores(16), 132) == (1, 4, 1)  # a big batch fills the GPU alone
     assert decode.launch_shape(1, 1, 32, 1, 1 << 20, cuda_cores(16), 132) == (8, 4, 33)
     assert decode.launch_shape(1, 1, 1, 1, 1 << 20, cuda_cores(16), 132) == (1, 1, 128)  # at most MAX_SPLITS
-    cases = ((64, False), (128, False), (256, False), (128, True), (80, True))
-    assert [decode.knobs(d, f, 512).step for d, f in cases] == [64, 64, 8, 32, 32]
+    cases = ((64, False), (128, False), (256, False), (128, True), (80, True), (256, True))
+    assert [decode.knobs(d, f, 512).step for d, f in cases] == [64, 64, 8, 64, 64, 16]  # fp8 up to head_dim 128 on tensor cores
 
 
 def test_launch_shape_on_tensor_cores():
@@ -230,22 +230,23 @@ def test_launch_shape_on_tensor_cores():
     assert shape(1, 8, 32, 1, 1024) == (1, 4, 16)  # 64 keys a split at least
     assert shape(1, 2, 14, 1, 256) == (1, 7, 1)  # Qwen2-0.5B to 256 keys: unsplit (128 keys a split at least)
     assert shape(1, 2, 14, 1, 512) == (1, 7, 4)
-    cases = ((64, False), (80, False), (128, False), (256, False), (128, True))
-    assert [decode.tensor_cores(d, f) for d, f in cases] == [True, True, True, False, False]
+    cases = ((64, False), (80, False), (128, False), (256, False), (128, True), (96, True), (256, True))
+    assert [decode.tensor_cores(d, f) for d, f in cases] == [True, True, True, False, True, True, False]
 
 
 def test_kernel_compiles_for_sm80_sm89_and_sm90(need_nvrtc):
     knobs = (decode.WARPS, decode._keys_per_step(False), decode.STAGES, decode.BLOCKS_PER_SM)
     fp8 = (decode.WARPS, decode._keys_per_step(True), decode.STAGES, decode.BLOCKS_PER_SM)
     cases = [("pgk::bfloat16", "pgk::bfloat16", 128, 4, False, *knobs), ("pgk::half", "pgk::half", 64, 1, True, *knobs),
-             ("pgk::bfloat16", "pgk::float8_e4m3", 80, 3, True, *fp8), ("pgk::half", "pgk::float8_e4m3", 256, 4, False, *fp8),
-             ("pgk::bfloat16", "pgk::float8_e4m3", 128, 4, True, *fp8)]  # fmt: skip
+             ("pgk::half", "pgk::float8_e4m3", 256, 4, False, *fp8), ("pgk::bfloat16", "pgk::float8_e4m3", 256, 3, True, *fp8)]  # fmt: skip
     tc = (decode.TC_WARPS, decode.TC_STAGES, decode.TC_BLOCKS_PER_SM)
     long = (decode.TC_LONG_WARPS, decode.TC_LONG_STAGES, decode.TC_LONG_BLOCKS_PER_SM)
-    kernels = [decode._kernel(*case) for case in cases] + [decode._tc_kernel("pgk::bfloat16", 128, True, *long, 0), decode._tc_kernel("pgk::half", 64, False, *long, 256)] + [
-        decode._tc_kernel(t, d, paged, *tc, pf) for t, d, paged, pf in (("pgk::bfloat16", 128, False, 256), ("pgk::half", 64, True, 0), ("pgk::bfloat16", 80, True, 64),
-                                                                   ("pgk::half", 96, False, 0))
-    ]  # fmt: skip
+    b16, f16, f8 = "pgk::bfloat16", "pgk::half", "pgk::float8_e4m3"
+    kernels = [decode._kernel(*case) for case in cases] + [decode._tc_kernel(b16, b16, 128, True, *long, 0), decode._tc_kernel(f16, f16, 64, False, *long, 256)] + [
+        decode._tc_kernel(t, kt, d, paged, *tc, pf) for t, kt, d, paged, pf in ((b16, b16, 128, False, 256), (f16, f16, 64, True, 0), (b16, b16, 80, True, 64),
+                                                                           (f16, f16, 96, False, 0))
+    ] + [decode._tc_kernel(t, f8, d, paged, *kn, pf) for t, d, paged, kn, pf in ((b16, 128, False, long, 128), (f16, 80, True, tc, 0),
+                                                                               (b16, 96, True, long, 0), (f16, 64, False, tc, 128))]  # fmt: skip
     for kern in kernels:
         for sm in (80, 89, 90):
             assert kern.compile(sm).image[:4] == b"\x7fELF", (kern, sm)
@@ -279,18 +280,20 @@ def test_kernel_chosen():
 
 
 @pytest.mark.gpu
-def test_fp8_cache_is_not_a_dependent_launch():
-    """Dependent launches (SM 90) for a bf16 / fp16 cache only: an fp8 cache's kernel ran slower as one."""
+def test_dependent_launches():
+    """Dependent launches (SM 90) for the tensor-core kernel with any cache; the
+    CUDA-core kernel over an fp8 cache (head_dim 256) ran slower as one."""
     from pygpukit import _runtime
     from pygpukit.jit import kernel
 
     dep = {}
-    for kv in (None, "fp8_e4m3"):
+    for kv, d in ((None, 128), ("fp8_e4m3", 128), (None, 256), ("fp8_e4m3", 256)):
         decode._plans.clear()
-        decode_attention(gp.zeros((1, 1, 8, 128), gp.bfloat16), _cache(False, 1, 32, 2, 128, gp.bfloat16, kv_dtype=kv))
+        decode_attention(gp.zeros((1, 1, 8, d), gp.bfloat16), _cache(False, 1, 32, 2, d, gp.bfloat16, kv_dtype=kv))
         (plan,) = decode._plans.values()
-        dep[kv] = plan[1]
-    assert dep == {None: _runtime.get().sm >= 90 and kernel.DEPENDENT_LAUNCH, "fp8_e4m3": False}
+        dep[kv, d] = plan[1]
+    on = _runtime.get().sm >= 90 and kernel.DEPENDENT_LAUNCH
+    assert dep == {(None, 128): on, ("fp8_e4m3", 128): on, (None, 256): on, ("fp8_e4m3", 256): False}
 
 
 @pytest.mark.gpu
@@ -310,24 +313,25 @@ def test_kernel_matrix(rng, dtype):
 @pytest.mark.gpu
 def test_kernel_merges_more_splits_than_one_batch(rng):
     """The last block folds the splits' partials 16 at a time: more splits than
-    that, and a count that leaves a partial batch (an fp8 cache at 8192 keys on
-    the CUDA-core kernel: 33 splits on 132 SMs; a bf16 MQA cache on tensor
-    cores at 2048 keys: 32)."""
+    that, and a count that leaves a partial batch (an fp8 cache of head_dim 256
+    at 8192 keys on the CUDA-core kernel: 33 splits on 132 SMs; bf16 and fp8
+    MQA caches on tensor cores at 2048 keys: 32)."""
     from pygpukit import _runtime
 
     sms = _runtime.get().props["multiprocessor_count"]
-    for dtype, kv, hq, hkv, n in ((gp.bfloat16, "fp8_e4m3", 32, 8, 8192), (gp.float16, None, 8, 1, 2048)):
-        splits = decode.launch_shape(1, hkv, hq, 1, n, decode.knobs(128, kv is not None, n), sms)[2]
-        assert splits > 16, (kv, splits)
-        k, v = rand(rng, (1, n, hkv, 128), dtype), rand(rng, (1, n, hkv, 128), dtype)
-        q = rand(rng, (1, 1, hq, 128), dtype)
-        cache = _cache(False, 1, n, hkv, 128, dtype, **({"kv_dtype": kv} if kv else {}))
+    for dtype, kv, hq, hkv, n, d in ((gp.bfloat16, "fp8_e4m3", 32, 8, 8192, 256), (gp.float16, None, 8, 1, 2048, 128),
+                                     (gp.bfloat16, "fp8_e4m3", 8, 1, 2048, 128)):  # fmt: skip
+        splits = decode.launch_shape(1, hkv, hq, 1, n, decode.knobs(d, kv is not None, n), sms)[2]
+        assert splits > 16, (kv, d, splits)
+        k, v = rand(rng, (1, n, hkv, d), dtype), rand(rng, (1, n, hkv, d), dtype)
+        q = rand(rng, (1, 1, hq, d), dtype)
+        cache = _cache(False, 1, n, hkv, d, dtype, **({"kv_dtype": kv} if kv else {}))
         _fill(cache, k, v, [n], piece=4096)
         got = decode_attention(gp.from_numpy(q.astype(dtype)), cache).to_numpy()
         if kv:
             ks, vs = (s.to_numpy() for s in cache.scales())
             k, v = _np_fp8(k, ks), _np_fp8(v, vs)
-        assert rel_err(got, np_decode(q, k, v, [n])) < TOL[np.dtype(dtype)], (kv, splits)
+        assert rel_err(got, np_decode(q, k, v, [n])) < TOL[np.dtype(dtype)], (kv, d, splits)
 
 
 @pytest.mark.gpu

@@ -11,9 +11,9 @@ q's dtype, is rounded once; a query with no visible key gives zeros.
 
 The CUDA kernels (kernels/decode_attn.cu) read each K/V byte once for all the
 query heads of its KV head, streamed through a ring of cp.async stages in
-shared memory: bf16 / fp16 caches with head_dim a multiple of 16 up to 128
-on tensor cores (``decode_attn_tc``, 16 query rows a block), fp8 caches and
-head_dim 256 on CUDA cores (``decode_attn``). Both split long sequences over
+shared memory: head_dim a multiple of 16 up to 128 on tensor cores
+(``decode_attn_tc``, 16 query rows a block; an fp8 cache converted to fp16 in
+shared memory), head_dim 256 on CUDA cores (``decode_attn``). Both split long sequences over
 blocks (split-K: the splits fill the SMs' block slots in one wave,
 each block's slice cut on the device from the sequence's length) and
 merges the slices' partial softmaxes in float32, in a fixed order: results
@@ -188,14 +188,14 @@ def _kernel(t: str, kt: str, d: int, rows: int, paged: bool, warps: int, keys: i
 
 
 @functools.cache
-def _tc_kernel(t: str, d: int, paged: bool, warps: int, stages: int, blocks: int, prefetch: int) -> Any:
-    """The tensor-core kernel (a cache of q's dtype)."""
-    return _jit(f"pgk::decode_attn_tc<{t}, {d}, {'true' if paged else 'false'}, {warps}, {stages}, {blocks}, {prefetch}>")
+def _tc_kernel(t: str, kt: str, d: int, paged: bool, warps: int, stages: int, blocks: int, prefetch: int) -> Any:
+    """The tensor-core kernel (a cache of q's dtype or fp8)."""
+    return _jit(f"pgk::decode_attn_tc<{t}, {kt}, {d}, {'true' if paged else 'false'}, {warps}, {stages}, {blocks}, {prefetch}>")
 
 
 def tensor_cores(head_dim: int, fp8: bool) -> bool:
-    """Whether decode runs on the tensor-core kernel: a bf16 / fp16 cache, head_dim a multiple of 16 up to 128."""
-    return not fp8 and head_dim % 16 == 0 and head_dim <= 128
+    """Whether decode runs on the tensor-core kernel: head_dim a multiple of 16 up to 128 (any cache dtype)."""
+    return head_dim % 16 == 0 and head_dim <= 128
 
 
 class Knobs(NamedTuple):
@@ -230,8 +230,9 @@ def _keys_per_step(fp8: bool) -> int:
 def _smem(head_dim: int, fp8: bool, kn: Knobs, rows: int) -> int:
     """Dynamic shared memory bytes: the K / V ring, reused by the warps' merge (DecodeWarpParts in decode_attn.cu:
     each warp's rows' accumulators, padded by 4 floats, and their m and l)."""
-    if tensor_cores(head_dim, fp8):  # per warp [stages][K, V][16 keys][head_dim + 8] (padded rows)
-        ring = kn.warps * kn.stages * 2 * 16 * (head_dim + 8) * 2
+    if tensor_cores(head_dim, fp8):  # per warp [stages][K, V][16 keys][head_dim + 8] (padded rows); fp8: [head_dim] bytes, + staging
+        padded = 2 * 16 * (head_dim + 8) * 2
+        ring = kn.warps * (kn.stages * 2 * 16 * head_dim + padded if fp8 else kn.stages * padded)
     else:
         ring = kn.stages * _keys_per_step(fp8) * 2 * (8 if fp8 else 16) * kn.warps * 32
     return max(ring, 4 * kn.warps * rows * (head_dim + 6))
@@ -270,7 +271,8 @@ def _plan(q: Any, k_cache: Any, v_cache: Any, lengths: Any, block_table: Any, k_
     chunks, rows, splits = launch_shape(lay.batch, lay.heads, hq, tq, keys, kn, rt.props["multiprocessor_count"])
     if tensor_cores(lay.head_dim, lay.fp8):  # its blocks hold 16 rows (a chunk's padding rows masked)
         rows = TC_ROWS
-        kern = _tc_kernel(_CTYPES[q.dtype], lay.head_dim, lay.paged, kn.warps, kn.stages, kn.blocks, 0 if lay.paged else TC_PREFETCH)
+        kern = _tc_kernel(_CTYPES[q.dtype], _CTYPES[k_cache.dtype], lay.head_dim, lay.paged, kn.warps, kn.stages, kn.blocks,
+                          0 if lay.paged else TC_PREFETCH)
     else:
         kt = _CTYPES[k_cache.dtype]
         kern = _kernel(_CTYPES[q.dtype], kt, lay.head_dim, rows, lay.paged, kn.warps, _keys_per_step(lay.fp8), kn.stages, kn.blocks)
@@ -281,9 +283,10 @@ def _plan(q: Any, k_cache: Any, v_cache: Any, lengths: Any, block_table: Any, k_
     ints = (hq, lay.heads, tq, chunks, splits, lay.cap, lay.block_shift, lay.table_width, win)
     return (
         fn,
-        # an fp8 cache's kernel is not a dependent launch: the next kernel's blocks, started early beside
-        # it, slowed it by half at 8k-32k keys on an H100 (32k: 44 -> 66 us); a bf16 cache's gains (1-5%)
-        kern.dependent(rt) and not lay.fp8,
+        # the CUDA-core kernel over an fp8 cache is not a dependent launch: the next kernel's blocks, started
+        # early beside it, slowed it by half at 8k-32k keys on an H100 (32k: 44 -> 66 us); the tensor-core
+        # kernel gains from it with any cache (fp8: 5-10% at 1k-32k keys, `..._nn-decode-fp8-tensor-cores.json`)
+        kern.dependent(rt) and (tensor_cores(lay.head_dim, lay.fp8) or not lay.fp8),
         splits * chunks,
         lay.heads,
         lay.batch,

@@ -17,8 +17,9 @@
 // so what limits them is not bytes in flight but the instruction issue of
 // the CUDA cores (~70-80 warp instructions per key at 4 rows; the fp8 cache
 // reads half the bytes per key and leans on it harder). decode_attn_tc (at
-// the end) takes bf16 / fp16 caches to tensor cores: 32k keys 60 -> 55 us,
-// 144 keys 4.9 -> 3.2 us; fp8 caches and head_dim 256 stay on decode_attn.
+// the end) takes head_dim up to 128 to tensor cores: 32k keys 60 -> 55 us,
+// 144 keys 4.9 -> 3.2 us (fp8 caches too, through an fp16 staging tile: 32k
+// keys 40 -> 33 us); head_dim 256 stays on decode_attn.
 // Left for short and middle contexts: the chain of latencies of one call
 // (the wait for the kernel before, a first DRAM read, and split, the last
 // block's merge through L2), 3-4 us on an H100 (docs/nn.md has the phases).
@@ -95,41 +96,40 @@ __device__ __forceinline__ float half_bits(unsigned int bits) {
   return static_cast<float>(h);
 }
 
-// e4m3fn (the cache never holds NaN: append saturates to +-448).
+// Two e4m3fn bytes (the low 16 bits of `pair`) as the bits of a half2, times
+// 2^-8 before SM 89 (kE4m3Factor: the factor left out, folded into the
+// scales). The cache never holds NaN (append saturates to +-448).
+#if __CUDA_ARCH__ >= 890
+constexpr float kE4m3Factor = 1.0f;
+__device__ __forceinline__ unsigned e4m3x2_half2(unsigned pair) {  // the hardware conversion (exact)
+  unsigned h;
+  asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h) : "h"(static_cast<unsigned short>(pair)));
+  return h;
+}
+#else
+// An e4m3 byte moved into the top of a half (sign kept, the rest shifted
+// down one) is the same value times 2^-8 (15 - 7, the exponent biases).
+constexpr float kE4m3Factor = 256.0f;
+__device__ __forceinline__ unsigned e4m3x2_half2(unsigned pair) {
+  const unsigned x = __byte_perm(pair, 0, 0x1707u);  // bytes 0, 1 to the high byte of each half
+  return ((x & 0x7F007F00u) >> 1) | (x & 0x80008000u);
+}
+#endif
+
 template <> struct Chunk8<float8_e4m3> {
   using Raw = uint2;
-#if __CUDA_ARCH__ >= 890
-  static constexpr float kFactor = 1.0f;
-  __device__ __forceinline__ static void unpack(const Raw& c, float (&f)[8]) {
-    const unsigned int w[2] = {c.x, c.y};
-#pragma unroll
-    for (int i = 0; i < 2; ++i)
-#pragma unroll
-      for (int p = 0; p < 2; ++p) {  // two values at a time by the hardware conversion (exact)
-        unsigned int h;
-        const unsigned short pair = static_cast<unsigned short>(w[i] >> (16 * p));
-        asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h) : "h"(pair));
-        f[4 * i + 2 * p] = half_bits(h & 0xFFFFu);
-        f[4 * i + 2 * p + 1] = half_bits(h >> 16);
-      }
-  }
-#else
-  // An e4m3 byte moved into the top of a half (sign kept, the rest shifted
-  // down one) is the same value times 2^-8 (15 - 7, the exponent biases).
-  static constexpr float kFactor = 256.0f;
+  static constexpr float kFactor = kE4m3Factor;
   __device__ __forceinline__ static void unpack(const Raw& c, float (&f)[8]) {
     const unsigned int w[2] = {c.x, c.y};
 #pragma unroll
     for (int i = 0; i < 2; ++i)
 #pragma unroll
       for (int p = 0; p < 2; ++p) {
-        const unsigned int x = __byte_perm(w[i], 0, p ? 0x3727u : 0x1707u);  // bytes 2p, 2p+1 to the high byte of each half
-        const unsigned int h = ((x & 0x7F007F00u) >> 1) | (x & 0x80008000u);
+        const unsigned h = e4m3x2_half2(w[i] >> (16 * p));
         f[4 * i + 2 * p] = half_bits(h & 0xFFFFu);
         f[4 * i + 2 * p + 1] = half_bits(h >> 16);
       }
   }
-#endif
 };
 
 // One cache chunk (8 or 16 bytes) copied to shared memory without passing
@@ -491,23 +491,29 @@ decode_attn(const T* __restrict__ q, long long qb, long long qt, long long qh, T
                                    chunks, splits, chunk, split, h, b);
 }
 
-// The tensor-core kernel (bf16 / fp16 caches, D a multiple of 16 up to 128):
-// the same grid, slices, merge and results as decode_attn, with the scores
-// and the weighted values on mma.sync m16n8k16 (FP32 accumulation): a block
-// owns 16 rows (the padding rows of a chunk are masked out), so a key costs a
-// few warp instructions where decode_attn's CUDA-core dot products and
-// shuffles cost 70-80, which kept it from the copy rate.
+// The tensor-core kernel (bf16 / fp16 / fp8 caches, D a multiple of 16 up to
+// 128): the same grid, slices, merge and results as decode_attn, with the
+// scores and the weighted values on mma.sync m16n8k16 (FP32 accumulation): a
+// block owns 16 rows (the padding rows of a chunk are masked out), so a key
+// costs a few warp instructions where decode_attn's CUDA-core dot products
+// and shuffles cost 70-80, which kept it from the copy rate.
 //
 // Warp w takes the 16-key tiles w, w + WARPS, ... of the block's slice; a
-// tile's K and V (16 rows of D, padded to D + 8 elements so that ldmatrix is
-// free of bank conflicts, as in flash_attn.cu) are copied with cp.async into
-// the warp's ring of STAGES tiles, STAGES - 1 ahead. Fragment layouts as in
-// flash_attn.cu's header: Q (rows x D) is the A operand, kept in registers
-// (unscaled, as stored); S = Q K^T takes K by ldmatrix, P (rounded to T, as
-// the prefill kernel rounds it) is the A operand of P V straight from S's
-// accumulators, V comes by ldmatrix.trans. A row's scores live in the 4 lanes
-// of a quad: its max and sum reduce with two xor shuffles. The warps' (m, l,
-// O) go to decode_finish.
+// tile's K and V are copied with cp.async into the warp's ring of STAGES
+// tiles, STAGES - 1 ahead. bf16 / fp16 tiles are read where they land (16
+// rows of D, padded to D + 8 elements so that ldmatrix is free of bank
+// conflicts, as in flash_attn.cu); an fp8 tile lands as it is stored (16
+// rows of D bytes) and each lane turns the chunks it copied into fp16 in the
+// warp's staging tile (the padded layout) before the mma reads it: the
+// products run in fp16 (MT), q rounded to fp16 (bf16 to fp16 is exact within
+// fp16's normal range, 2^-14 to 65504) and the K / V scales folded into the
+// softmax scale and the output. Fragment layouts as in flash_attn.cu's
+// header: Q (rows x D) is the A operand, kept in registers (unscaled, as
+// stored); S = Q K^T takes K by ldmatrix, P (rounded to MT, as the prefill
+// kernel rounds it) is the A operand of P V straight from S's accumulators, V
+// comes by ldmatrix.trans. A row's scores live in the 4 lanes of a quad: its
+// max and sum reduce with two xor shuffles. The warps' (m, l, O) go to
+// decode_finish.
 //
 // PREFETCH keys (contiguous caches, SM 90; 0: none): before waiting for the
 // kernel before it (a dependent launch starts early, while that kernel's
@@ -518,13 +524,30 @@ decode_attn(const T* __restrict__ q, long long qb, long long qt, long long qh, T
 // the wait use the real length). Those bytes then come from L2 instead of
 // DRAM. Bounded, because whole slices of a long context (a 32k-key cache's
 // 2 x 128 KB a block) outgrow L2 and evict what the kernel before is reading.
-template <class T, int D, bool PAGED, int WARPS, int STAGES, int MINB, int PREFETCH>
+template <class T, class CT> struct DecodeMma { using type = T; };  // the mma's operand type for a cache of CT
+template <class T> struct DecodeMma<T, float8_e4m3> { using type = half; };
+template <class A, class B> struct DecodeSame { static constexpr bool value = false; };
+template <class A> struct DecodeSame<A, A> { static constexpr bool value = true; };
+// Two T of a q row as two MT: as they are, or bf16 to fp16 through float.
+template <class MT, class T>
+__device__ __forceinline__ unsigned decode_as(unsigned w) {
+  if constexpr (DecodeSame<MT, T>::value) {
+    return w;
+  } else {
+    static_assert(DecodeSame<T, bfloat16>::value && DecodeSame<MT, half>::value, "q converts from bf16 to fp16 only");
+    return pack2<MT>(__uint_as_float(w << 16), __uint_as_float(w & 0xFFFF0000u));
+  }
+}
+
+template <class T, class CT, int D, bool PAGED, int WARPS, int STAGES, int MINB, int PREFETCH>
 __global__ void __launch_bounds__(WARPS * 32, MINB)
-decode_attn_tc(const T* __restrict__ q, long long qb, long long qt, long long qh, T* __restrict__ out, const T* __restrict__ kc,
-               const T* __restrict__ vc, const int* __restrict__ lengths, const int* __restrict__ table, const float* __restrict__ k_scale,
+decode_attn_tc(const T* __restrict__ q, long long qb, long long qt, long long qh, T* __restrict__ out, const CT* __restrict__ kc,
+               const CT* __restrict__ vc, const int* __restrict__ lengths, const int* __restrict__ table, const float* __restrict__ k_scale,
                const float* __restrict__ v_scale, float* __restrict__ part, int* __restrict__ counters, int Hq, int Hkv, int Tq, int chunks,
                int splits, int cap, int block_shift, int table_width, int window, float qk_scale) {
   static_assert(D % 16 == 0 && D <= 128, "head_dim: a multiple of 16 up to 128");
+  using MT = typename DecodeMma<T, CT>::type;
+  constexpr bool F8 = sizeof(CT) == 1;
   constexpr int ROWS = 16, KT = 16, STEP = WARPS * KT;  // rows a block, keys a tile, keys a block step
 #if __CUDA_ARCH__ >= 900
   if constexpr (PREFETCH > 0 && !PAGED) {
@@ -533,20 +556,25 @@ decode_attn_tc(const T* __restrict__ q, long long qb, long long qt, long long qh
       const DecodeSlice<D, false> sl(&hint, table, 0, blockIdx.y, Hkv, Tq, splits, blockIdx.x % splits, STEP, cap, block_shift,
                                      table_width, window);
       if (sl.k1 > sl.k0) {
-        const T* src = (threadIdx.x == 0 ? kc : vc) + ((long long)blockIdx.z * Hkv * cap * D) + sl.row(sl.k0, 0);
-        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src), "r"(min(sl.k1 - sl.k0, PREFETCH) * D * 2) : "memory");
+        const CT* src = (threadIdx.x == 0 ? kc : vc) + ((long long)blockIdx.z * Hkv * cap * D) + sl.row(sl.k0, 0);
+        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src), "r"(min(sl.k1 - sl.k0, PREFETCH) * D * (int)sizeof(CT))
+                     : "memory");
       }
     }
   }
 #endif
   wait_prior_grids();  // a dependent launch (pgk/pdl.cuh)
   allow_next_grids();
-  constexpr int SROW = D + 8, TILE = KT * SROW;         // elements of a padded row, of a K (or V) tile
-  constexpr int KD = D / 16, ND = D / 8, CH = KT * ND / 32;  // k16 slices, n8 output tiles, chunks a lane copies per operand
+  constexpr int SROW = D + 8, TILE = KT * SROW;  // MT elements of a padded row, of a K (or V) tile as the mma reads it
+  constexpr int KD = D / 16, ND = D / 8;         // k16 slices, n8 output tiles
+  constexpr int CPR = D * (int)sizeof(CT) / 16, CHUNKS = KT * CPR, CH = (CHUNKS + 31) / 32;  // 16-byte chunks a row, a tile, a lane's
+  constexpr int LANDED = F8 ? KT * D : TILE * 2;  // bytes of a landed K (or V) tile: fp8 rows as stored, else the padded layout
   const float NEG_INF = decode_neg_inf();
   extern __shared__ __align__(16) unsigned char decode_smem[];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t4 = lane & 3;
-  T* const ring = reinterpret_cast<T*>(decode_smem) + warp * (STAGES * 2 * TILE);  // this warp's [STAGES][K, V][TILE]
+  // this warp's ring [STAGES][K, V][LANDED bytes], then (fp8) its staging [K, V][TILE] of MT
+  unsigned char* const ring = decode_smem + warp * (STAGES * 2 * LANDED + (F8 ? 2 * TILE * 2 : 0));
+  MT* const staging = reinterpret_cast<MT*>(ring + STAGES * 2 * LANDED);
   const int chunk = blockIdx.x / splits, split = blockIdx.x % splits;
   const int h = blockIdx.y, b = blockIdx.z;
   const int G = Hq / Hkv, R = G * Tq;
@@ -554,27 +582,28 @@ decode_attn_tc(const T* __restrict__ q, long long qb, long long qt, long long qh
   const int tiles = (max(sl.k1 - sl.k0, 0) + KT - 1) / KT;
   const int mine = tiles > warp ? (tiles - warp + WARPS - 1) / WARPS : 0;  // this warp's tiles
 
-  // Lane chunk c = i * 32 + lane of a tile (i < CH): key c / ND, columns 8 (c % ND) ..
+  // Lane chunk c = i * 32 + lane of a tile (i < CH, c < CHUNKS): key c / CPR, bytes 16 (c % CPR) ..
   // Its page (paged caches) is looked up one tile before the tile is requested.
-  auto key_of = [&](int s, int i) { return sl.k0 + (s * WARPS + warp) * KT + (i * 32 + lane) / ND; };
+  auto key_of = [&](int s, int i) { return sl.k0 + (s * WARPS + warp) * KT + (i * 32 + lane) / CPR; };
   auto lookup = [&](int s, int (&page)[CH]) {
 #pragma unroll
     for (int i = 0; i < CH; ++i) {
       const int j = key_of(s, i);
-      page[i] = PAGED && s < mine && j < sl.k1 ? sl.tab[j >> sl.block_shift] : 0;
+      page[i] = PAGED && s < mine && i * 32 + lane < CHUNKS && j < sl.k1 ? sl.tab[j >> sl.block_shift] : 0;
     }
   };
+  auto landed = [&](int c) { return F8 ? (c / CPR) * D + (c % CPR) * 16 : ((c / CPR) * SROW + (c % CPR) * 8) * 2; };  // its bytes' offset
   auto issue = [&](int s, const int (&page)[CH]) {  // a commit group per tile (empty past the end: the wait counts tiles)
     if (s < mine) {
-      const unsigned st = smem_addr(ring + (s % STAGES) * 2 * TILE);
+      const unsigned st = smem_addr(ring + (s % STAGES) * 2 * LANDED);
 #pragma unroll
       for (int i = 0; i < CH; ++i) {
         const int c = i * 32 + lane, j = key_of(s, i);
+        if (CHUNKS % 32 != 0 && c >= CHUNKS) continue;
         const bool ok = j < sl.k1;  // otherwise zeros: a masked score and a zero value
-        const long long a = ok ? sl.row(j, page[i]) + (c % ND) * 8 : 0;
-        const unsigned d = st + ((c / ND) * SROW + (c % ND) * 8) * 2;
-        cp_async16(d, kc + a, ok);
-        cp_async16(d + TILE * 2, vc + a, ok);
+        const long long a = ok ? sl.row(j, page[i]) + (c % CPR) * (16 / (int)sizeof(CT)) : 0;
+        cp_async16(st + landed(c), kc + a, ok);
+        cp_async16(st + LANDED + landed(c), vc + a, ok);
       }
     }
     cp_async_commit();
@@ -598,11 +627,12 @@ decode_attn_tc(const T* __restrict__ q, long long qb, long long qt, long long qh
     const T* qr = q + b * qb + tok * qt + (h * G + rr % G) * qh + 2 * t4;
 #pragma unroll
     for (int kk = 0; kk < KD; ++kk) {
-      qa[kk][hf] = rr < R ? *reinterpret_cast<const unsigned*>(qr + kk * 16) : 0u;
-      qa[kk][2 + hf] = rr < R ? *reinterpret_cast<const unsigned*>(qr + kk * 16 + 8) : 0u;
+      qa[kk][hf] = rr < R ? decode_as<MT, T>(*reinterpret_cast<const unsigned*>(qr + kk * 16)) : 0u;
+      qa[kk][2 + hf] = rr < R ? decode_as<MT, T>(*reinterpret_cast<const unsigned*>(qr + kk * 16 + 8)) : 0u;
     }
   }
-  const float ks = qk_scale;  // softmax scale * log2(e)
+  float ks = qk_scale;  // softmax scale * log2(e), times an fp8 cache's K scale
+  if constexpr (F8) ks *= k_scale[h] * kE4m3Factor;
 
   float m[2] = {NEG_INF, NEG_INF}, l[2] = {0.0f, 0.0f}, o[ND][4];
 #pragma unroll
@@ -619,7 +649,28 @@ decode_attn_tc(const T* __restrict__ q, long long qb, long long qt, long long qh
     if constexpr (PAGED) lookup(s + STAGES, next);
     cp_async_wait<STAGES - 1>();  // this lane's copies of tile s have landed ...
     __syncwarp();                 // ... and every lane's
-    const unsigned st = smem_addr(ring + (s % STAGES) * 2 * TILE);
+    unsigned st = smem_addr(ring + (s % STAGES) * 2 * LANDED);  // the tile's K, its V at + TILE * 2, as the mma reads them
+    if constexpr (F8) {  // this lane's chunks of the landed fp8 tile into the staging tile, as fp16
+      const unsigned char* landed_tile = ring + (s % STAGES) * 2 * LANDED;
+#pragma unroll
+      for (int i = 0; i < CH; ++i) {
+        const int c = i * 32 + lane;
+        if (CHUNKS % 32 != 0 && c >= CHUNKS) continue;
+#pragma unroll
+        for (int op = 0; op < 2; ++op) {  // K, V
+          const uint4 raw = *reinterpret_cast<const uint4*>(landed_tile + op * LANDED + landed(c));
+          const unsigned w[4] = {raw.x, raw.y, raw.z, raw.w};
+          unsigned hv[8];
+#pragma unroll
+          for (int k = 0; k < 4; ++k) hv[2 * k] = e4m3x2_half2(w[k]), hv[2 * k + 1] = e4m3x2_half2(w[k] >> 16);
+          uint4* dst = reinterpret_cast<uint4*>(staging + op * TILE + (c / CPR) * SROW + (c % CPR) * 16);
+          dst[0] = make_uint4(hv[0], hv[1], hv[2], hv[3]);
+          dst[1] = make_uint4(hv[4], hv[5], hv[6], hv[7]);
+        }
+      }
+      __syncwarp();  // every lane's chunks are staged
+      st = smem_addr(staging);
+    }
     const int kb = sl.k0 + (s * WARPS + warp) * KT;
 
     float sc[2][4] = {};  // S of keys kb + 8 nt + (2 t4, 2 t4 + 1), rows g (0, 1) and g + 8 (2, 3)
@@ -627,8 +678,8 @@ decode_attn_tc(const T* __restrict__ q, long long qb, long long qt, long long qh
     for (int kk = 0; kk < KD; ++kk) {
       unsigned kf[4];
       ldmatrix_x4(kf, st + k_lane + kk * 32);
-      mma16816<T>(sc[0], qa[kk], kf[0], kf[1]);
-      mma16816<T>(sc[1], qa[kk], kf[2], kf[3]);
+      mma16816<MT>(sc[0], qa[kk], kf[0], kf[1]);
+      mma16816<MT>(sc[1], qa[kk], kf[2], kf[3]);
     }
     // Masks and the online softmax of rows g (hf 0) and g + 8 (hf 1); sc becomes P.
 #pragma unroll
@@ -660,14 +711,14 @@ decode_attn_tc(const T* __restrict__ q, long long qb, long long qt, long long qh
           l[hf] += x;
         }
     }
-    const unsigned pa[4] = {pack2<T>(sc[0][0], sc[0][1]), pack2<T>(sc[0][2], sc[0][3]), pack2<T>(sc[1][0], sc[1][1]),
-                            pack2<T>(sc[1][2], sc[1][3])};
+    const unsigned pa[4] = {pack2<MT>(sc[0][0], sc[0][1]), pack2<MT>(sc[0][2], sc[0][3]), pack2<MT>(sc[1][0], sc[1][1]),
+                            pack2<MT>(sc[1][2], sc[1][3])};
 #pragma unroll
     for (int dp = 0; dp < KD; ++dp) {
       unsigned vf[4];
       ldmatrix_x4_trans(vf, st + TILE * 2 + v_lane + dp * 32);
-      mma16816<T>(o[2 * dp], pa, vf[0], vf[1]);
-      mma16816<T>(o[2 * dp + 1], pa, vf[2], vf[3]);
+      mma16816<MT>(o[2 * dp], pa, vf[0], vf[1]);
+      mma16816<MT>(o[2 * dp + 1], pa, vf[2], vf[3]);
     }
   }
   cp_async_wait<0>();
@@ -693,7 +744,7 @@ decode_attn_tc(const T* __restrict__ q, long long qb, long long qt, long long qh
       *reinterpret_cast<float2*>(wp.row(warp, r) + nd * 8 + 2 * t4) = make_float2(o[nd][2 * hf], o[nd][2 * hf + 1]);
   }
   __syncthreads();
-  decode_finish<T, D, ROWS, WARPS>(out, part, counters, 1.0f, Hq, Hkv, Tq, chunks, splits, chunk, split, h, b);
+  decode_finish<T, D, ROWS, WARPS>(out, part, counters, F8 ? v_scale[h] * kE4m3Factor : 1.0f, Hq, Hkv, Tq, chunks, splits, chunk, split, h, b);
 }
 
 }  // namespace pgk
