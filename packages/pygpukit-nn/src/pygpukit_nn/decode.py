@@ -271,16 +271,8 @@ def _plan(q: Any, k_cache: Any, v_cache: Any, lengths: Any, block_table: Any, k_
     chunks, rows, splits = launch_shape(lay.batch, lay.heads, hq, tq, keys, kn, rt.props["multiprocessor_count"])
     if tensor_cores(lay.head_dim, lay.fp8):  # its blocks hold 16 rows (a chunk's padding rows masked)
         rows = TC_ROWS
-        kern = _tc_kernel(
-            _CTYPES[q.dtype],
-            _CTYPES[k_cache.dtype],
-            lay.head_dim,
-            lay.paged,
-            kn.warps,
-            kn.stages,
-            kn.blocks,
-            0 if lay.paged else TC_PREFETCH,
-        )
+        pf = 0 if lay.paged else TC_PREFETCH
+        kern = _tc_kernel(_CTYPES[q.dtype], _CTYPES[k_cache.dtype], lay.head_dim, lay.paged, kn.warps, kn.stages, kn.blocks, pf)
     else:
         kt = _CTYPES[k_cache.dtype]
         kern = _kernel(_CTYPES[q.dtype], kt, lay.head_dim, rows, lay.paged, kn.warps, _keys_per_step(lay.fp8), kn.stages, kn.blocks)
