@@ -213,11 +213,12 @@ struct DecodeWarpParts {
 
 // The end of both kernels: every warp's (m, l, acc) of the block's first nr
 // rows (the chunk's real ones) are in shared memory (DecodeWarpParts); they
-// merge, and with one split the rows are written. Split, each block writes its partials to `part` (L2) and the last
-// block of the (b, h, chunk) to arrive (an atomic counter per group, which
-// that block resets) reads them all back in one round trip, merges them in
-// split order (deterministic) and writes the rows. vs: the V scale (fp8)
-// times Chunk8's factor.
+// merge, and with one split the rows are written. Split, each block writes
+// its partials to `part` (L2) and the last block of the (b, h, chunk) to
+// arrive (an atomic counter per group, which that block resets) reads them
+// all back in one round trip, merges them in split order (deterministic) and
+// writes the rows. vs: the V scale (fp8) times the conversion's left-out
+// factor.
 template <class T, int D, int ROWS, int WARPS>
 __device__ __forceinline__ void decode_finish(T* __restrict__ out, float* __restrict__ part, int* __restrict__ counters, float vs,
                                               int Hq, int Hkv, int Tq, int chunks, int splits, int chunk, int split, int h, int b) {
