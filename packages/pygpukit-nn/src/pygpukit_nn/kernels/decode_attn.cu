@@ -745,7 +745,8 @@ decode_attn_tc(const T* __restrict__ q, long long qb, long long qt, long long qh
       *reinterpret_cast<float2*>(wp.row(warp, r) + nd * 8 + 2 * t4) = make_float2(o[nd][2 * hf], o[nd][2 * hf + 1]);
   }
   __syncthreads();
-  decode_finish<T, D, ROWS, WARPS>(out, part, counters, F8 ? v_scale[h] * kE4m3Factor : 1.0f, Hq, Hkv, Tq, chunks, splits, chunk, split, h, b);
+  const float vs = F8 ? v_scale[h] * kE4m3Factor : 1.0f;  // an fp8 cache's V scale
+  decode_finish<T, D, ROWS, WARPS>(out, part, counters, vs, Hq, Hkv, Tq, chunks, splits, chunk, split, h, b);
 }
 
 }  // namespace pgk
