@@ -330,25 +330,17 @@ def test_grouped_kernel_edge_cases(rng):
     assert _rel(clamped, ref) < TOL
     one = gp.ops.grouped_linear(x[:1], w, gp.from_numpy(np.array([0, 0, 1], np.int32)))
     assert _rel(one.to_numpy(), xn[:1] @ wn[2].T) < TOL
-    empty_k = gp.ops.grouped_linear(
-        gp.zeros((70, 0), gp.bfloat16),
-        gp.zeros((3, 24, 0), gp.bfloat16),
-        gp.from_numpy(np.array([10, 40, 64], np.int32)),
-        gp.from_numpy(np.ones((3, 24), np.float32).astype(gp.bfloat16)),
-    ).to_numpy()
+
+    def k_zero(op, x_shape, counts):  # K = 0 operands of 3 experts x 24 outputs, a bias of ones
+        bias = gp.from_numpy(np.ones((3, 24), np.float32).astype(gp.bfloat16))
+        return op(
+            gp.zeros((*x_shape, 0), gp.bfloat16), gp.zeros((3, 24, 0), gp.bfloat16), gp.from_numpy(np.array(counts, np.int32)), bias
+        ).to_numpy()
+
+    empty_k = k_zero(gp.ops.grouped_linear, (70,), [10, 40, 64])
     assert np.all(empty_k[:64] == 1) and np.all(empty_k[64:] == 0)  # K = 0: the bias alone; unowned rows zero
-    empty_masked = gp.ops.grouped_linear_masked(
-        gp.zeros((3, 16, 0), gp.bfloat16),
-        gp.zeros((3, 24, 0), gp.bfloat16),
-        gp.from_numpy(np.array([16, 5, 0], np.int32)),
-        gp.from_numpy(np.ones((3, 24), np.float32).astype(gp.bfloat16)),
-    ).to_numpy()
+    empty_masked = k_zero(gp.ops.grouped_linear_masked, (3, 16), [16, 5, 0])
     assert np.all(empty_masked[0] == 1) and np.all(empty_masked[1, :5] == 1) and np.all(empty_masked[1, 5:] == 0)
     assert np.all(empty_masked[2] == 0)  # masked rows zero
-    empty_km = gp.ops.grouped_linear_masked(
-        gp.zeros((3, 5, 0), gp.bfloat16),
-        gp.zeros((3, 24, 0), gp.bfloat16),
-        gp.from_numpy(np.array([1, 5, 0], np.int32)),
-        gp.from_numpy(np.ones((3, 24), np.float32).astype(gp.bfloat16)),
-    ).to_numpy()
+    empty_km = k_zero(gp.ops.grouped_linear_masked, (3, 5), [1, 5, 0])
     assert np.all(empty_km[0, :1] == 1) and np.all(empty_km[0, 1:] == 0) and np.all(empty_km[1] == 1) and np.all(empty_km[2] == 0)

@@ -9,9 +9,10 @@ The floor is the KV bytes over the copy rate (the bandwidth suite): at 8192,
 kernel gets at these sizes in the same chain: a dependent kernel that only
 streams the same bytes (16-byte loads, two blocks of 512 threads a SM),
 replayed from a graph as the decode calls are: the launch, the wait for the
-kernel before and the first DRAM latency are in it, the attention is not. Calls rotate over as many layers as keep
-4x the H100's 50 MB L2 busy, so every call reads its cache from HBM, as a
-model's layers do. NumPy (float32) on the CPU backend, at 1024 only."""
+kernel before and the first DRAM latency are in it, the attention is not.
+Calls rotate over as many layers as keep 4x the H100's 50 MB L2 busy, so
+every call reads its cache from HBM, as a model's layers do. NumPy
+(float32) on the CPU backend, at 1024 only."""
 
 from __future__ import annotations
 

@@ -527,15 +527,13 @@ decode_attn(const T* __restrict__ q, long long qb, long long qt, long long qh, T
 // 2 x 128 KB a block) outgrow L2 and evict what the kernel before is reading.
 template <class T, class CT> struct DecodeMma { using type = T; };  // the mma's operand type for a cache of CT
 template <class T> struct DecodeMma<T, float8_e4m3> { using type = half; };
-template <class A, class B> struct DecodeSame { static constexpr bool value = false; };
-template <class A> struct DecodeSame<A, A> { static constexpr bool value = true; };
 // Two T of a q row as two MT: as they are, or bf16 to fp16 through float.
 template <class MT, class T>
 __device__ __forceinline__ unsigned decode_as(unsigned w) {
-  if constexpr (DecodeSame<MT, T>::value) {
+  if constexpr (is_same<MT, T>::value) {
     return w;
   } else {
-    static_assert(DecodeSame<T, bfloat16>::value && DecodeSame<MT, half>::value, "q converts from bf16 to fp16 only");
+    static_assert(is_same<T, bfloat16>::value && is_same<MT, half>::value, "q converts from bf16 to fp16 only");
     return pack2<MT>(__uint_as_float(w << 16), __uint_as_float(w & 0xFFFF0000u));
   }
 }
