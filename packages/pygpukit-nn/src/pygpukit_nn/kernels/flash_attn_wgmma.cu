@@ -60,65 +60,14 @@ __device__ __forceinline__ void wg_cp_async_wait_all() { asm volatile("cp.async.
 
 
 // d (64 x N, FP32) = (scale_d ? d : 0) + A B, A (64 x 16) and B (16 x N) from
-// shared memory, both K-major; TY is the PTX type of both (bf16 or f16).
-#define PGK_WGMMA_SS_M64N64K16(TY) \
-  asm volatile( \
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n" \
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY " {" \
-      "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31" \
-      "}, %32, %33, p, 1, 1, 0, 0;\n}\n" \
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]) \
-      : "l"(da), "l"(db), "r"(scale_d))
-#define PGK_WGMMA_RS_M64N64K16(TY) \
-  asm volatile( \
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY " {" \
-      "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31" \
-      "}, {%32,%33,%34,%35}, %36, 1, 1, 1, 1;\n" \
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]) \
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db))
-#define PGK_WGMMA_SS_M64N128K16(TY) \
-  asm volatile( \
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n" \
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32." TY "." TY " {" \
-      "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63" \
-      "}, %64, %65, p, 1, 1, 0, 0;\n}\n" \
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), \
-        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), \
-        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), \
-        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
-        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]) \
-      : "l"(da), "l"(db), "r"(scale_d))
-#define PGK_WGMMA_RS_M64N128K16(TY) \
-  asm volatile( \
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32." TY "." TY " {" \
-      "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63" \
-      "}, {%64,%65,%66,%67}, %68, 1, 1, 1, 1;\n" \
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), \
-        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), \
-        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), \
-        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
-        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]) \
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db))
-
+// shared memory, both K-major (pgk/sm90.cuh's wgmma statements).
 template <int N, class T>
 __device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], unsigned long long da, unsigned long long db, int scale_d) {
   static_assert(N == 64 || N == 128, "S tiles of 64 or 128 keys");
-  if constexpr (N == 64 && is_same<T, bfloat16>::value) PGK_WGMMA_SS_M64N64K16("bf16");
-  else if constexpr (N == 64) PGK_WGMMA_SS_M64N64K16("f16");
-  else if constexpr (is_same<T, bfloat16>::value) PGK_WGMMA_SS_M64N128K16("bf16");
-  else PGK_WGMMA_SS_M64N128K16("f16");
+  if constexpr (N == 64 && is_same<T, bfloat16>::value) PGK_WGMMA_SS32("m64n64k16.f32.bf16.bf16", ", 1, 1, 0, 0");
+  else if constexpr (N == 64) PGK_WGMMA_SS32("m64n64k16.f32.f16.f16", ", 1, 1, 0, 0");
+  else if constexpr (is_same<T, bfloat16>::value) PGK_WGMMA_SS64("m64n128k16.f32.bf16.bf16", ", 1, 1, 0, 0");
+  else PGK_WGMMA_SS64("m64n128k16.f32.f16.f16", ", 1, 1, 0, 0");
 }
 
 // d (64 x N, FP32) += A B, A (64 x 16) from registers (a[0..3], see the
@@ -126,17 +75,81 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], unsigned long long d
 template <int N, class T>
 __device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const unsigned (&a)[4], unsigned long long db) {
   static_assert(N == 64 || N == 128, "head_dim 64 or 128");
-  if constexpr (N == 64 && is_same<T, bfloat16>::value) PGK_WGMMA_RS_M64N64K16("bf16");
-  else if constexpr (N == 64) PGK_WGMMA_RS_M64N64K16("f16");
-  else if constexpr (is_same<T, bfloat16>::value) PGK_WGMMA_RS_M64N128K16("bf16");
-  else PGK_WGMMA_RS_M64N128K16("f16");
+  if constexpr (N == 64 && is_same<T, bfloat16>::value) PGK_WGMMA_RS32("m64n64k16.f32.bf16.bf16", ", 1, 1, 1, 1");
+  else if constexpr (N == 64) PGK_WGMMA_RS32("m64n64k16.f32.f16.f16", ", 1, 1, 1, 1");
+  else if constexpr (is_same<T, bfloat16>::value) PGK_WGMMA_RS64("m64n128k16.f32.bf16.bf16", ", 1, 1, 1, 1");
+  else PGK_WGMMA_RS64("m64n128k16.f32.f16.f16", ", 1, 1, 1, 1");
 }
-#undef PGK_WGMMA_SS_M64N64K16
-#undef PGK_WGMMA_SS_M64N128K16
-#undef PGK_WGMMA_RS_M64N64K16
-#undef PGK_WGMMA_RS_M64N128K16
 
 __device__ __forceinline__ float wg_neg_inf() { return __int_as_float(0xff800000); }
+
+// Masks of key tile n0 (unless every row of the block sees all of its keys),
+// then the online softmax (as flash_attn.cu): s becomes P = exp2(s c - m c),
+// the running max and sums move, alpha[hh] is the factor O's rows must be
+// scaled by (1 where the max did not move). Both kernels' warpgroups.
+template <int BN, int BM>
+__device__ __forceinline__ void wg_softmax(float (&s)[BN / 2], float (&mrow)[2], float (&lrow)[2], float (&alpha)[2],
+                                           int n0, int m0, int row0, int t4, int off, int left, int right, int Lk,
+                                           float scale_log2) {
+  const bool full = n0 + BN <= Lk && n0 + BN - 1 <= m0 + off + right && n0 >= m0 + BM - 1 + off - left;
+  if (!full) {
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const int i = m0 + row0 + 8 * hh + off;
+      const int jlo = i - left, jhi = min(i + right, Lk - 1);
+#pragma unroll
+      for (int j = 0; j < BN / 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int key = n0 + 8 * j + 2 * t4 + e;
+          if (key < jlo || key > jhi) s[4 * j + 2 * hh + e] = wg_neg_inf();
+        }
+    }
+  }
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    float mx = mrow[hh];
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j) mx = fmaxf(mx, fmaxf(s[4 * j + 2 * hh], s[4 * j + 2 * hh + 1]));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const float msc = mx == wg_neg_inf() ? 0.0f : mx * scale_log2;  // nothing visible yet: p = 0
+    alpha[hh] = mx != mrow[hh] ? exp2_approx(mrow[hh] * scale_log2 - msc) : 1.0f;
+    mrow[hh] = mx;
+    float sum = 0.0f;
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const float p = exp2_approx(s[4 * j + 2 * hh + e] * scale_log2 - msc);
+        s[4 * j + 2 * hh + e] = p;
+        sum += p;
+      }
+    lrow[hh] = lrow[hh] * alpha[hh] + sum;
+  }
+}
+
+// O / l of this thread's rows `row` and row + 8 (those < Sq) into Op (row
+// stride os); zeros where no key was visible. Both kernels' warpgroups.
+template <int D, class T>
+__device__ __forceinline__ void wg_store_rows(T* Op, const float (&o)[D / 2], const float (&lrow)[2], int row, int Sq, int os, int t4) {
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    float l = lrow[hh];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    if (row + 8 * hh >= Sq) continue;
+    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+    T* out = Op + static_cast<long long>(row + 8 * hh) * os + 2 * t4;
+#pragma unroll
+    for (int j = 0; j < D / 8; ++j) {
+      Vec<T, 2> pair;
+      pair.v[0] = T(l > 0.0f ? o[4 * j + 2 * hh] * inv : 0.0f);
+      pair.v[1] = T(l > 0.0f ? o[4 * j + 2 * hh + 1] * inv : 0.0f);
+      *reinterpret_cast<Vec<T, 2>*>(out + 8 * j) = pair;
+    }
+  }
+}
 
 // Rows [0, ROWS) of the swizzled (ROWS, D) tile at shared address s <- rows
 // of g (stride `ld` elements); rows >= valid are zero-filled (valid >= 1, so
@@ -228,51 +241,15 @@ flash_fwd_wgmma(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
       wgmma_commit();
       wgmma_wait<0>();
 
-      // Mask the tile unless every row of the block sees all of its keys.
-      const bool full = n0 + BN <= Lk && n0 + BN - 1 <= m0 + off + right && n0 >= m0 + BM - 1 + off - left;
-      if (!full) {
+      // Masks and the online softmax; O's rows rescaled where their max moved.
+      float alpha[2];
+      wg_softmax<BN, BM>(s, mrow, lrow, alpha, n0, m0, row0, t4, off, left, right, Lk, scale_log2);
 #pragma unroll
-        for (int hh = 0; hh < 2; ++hh) {
-          const int i = m0 + row0 + 8 * hh + off;  // the query's position among the keys
-          const int jlo = i - left, jhi = min(i + right, Lk - 1);
+      for (int hh = 0; hh < 2; ++hh)
+        if (__any_sync(0xffffffffu, alpha[hh] != 1.0f)) {
 #pragma unroll
-          for (int j = 0; j < BN / 8; ++j)
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-              const int key = n0 + 8 * j + 2 * t4 + e;
-              if (key < jlo || key > jhi) s[4 * j + 2 * hh + e] = wg_neg_inf();
-            }
+          for (int j = 0; j < D / 8; ++j) o[4 * j + 2 * hh] *= alpha[hh], o[4 * j + 2 * hh + 1] *= alpha[hh];
         }
-      }
-
-      // Online softmax (as flash_attn.cu): new row max, P = exp2(s c - m c),
-      // l and O rescaled by alpha = exp2(m_old c - m c).
-#pragma unroll
-      for (int hh = 0; hh < 2; ++hh) {
-        float mx = mrow[hh];
-#pragma unroll
-        for (int j = 0; j < BN / 8; ++j) mx = fmaxf(mx, fmaxf(s[4 * j + 2 * hh], s[4 * j + 2 * hh + 1]));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        const float msc = mx == wg_neg_inf() ? 0.0f : mx * scale_log2;  // nothing visible yet: p = 0
-        const bool moved = mx != mrow[hh];
-        const float alpha = moved ? exp2_approx(mrow[hh] * scale_log2 - msc) : 1.0f;
-        mrow[hh] = mx;
-        float sum = 0.0f;
-#pragma unroll
-        for (int j = 0; j < BN / 8; ++j)
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const float p = exp2_approx(s[4 * j + 2 * hh + e] * scale_log2 - msc);
-            s[4 * j + 2 * hh + e] = p;
-            sum += p;
-          }
-        lrow[hh] = lrow[hh] * alpha + sum;
-        if (__any_sync(0xffffffffu, moved)) {
-#pragma unroll
-          for (int j = 0; j < D / 8; ++j) o[4 * j + 2 * hh] *= alpha, o[4 * j + 2 * hh + 1] *= alpha;
-        }
-      }
 
       // O += P V: P's A fragments straight from the S accumulators (see the
       // header); V's k16 step kk starts 16 keys (2048 bytes) further.
@@ -290,25 +267,7 @@ flash_fwd_wgmma(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
     wg_cp_async_wait_all();
   }
 
-  // O / l for the block's rows < Sq; zeros where no key was visible.
-  T* Op = O + b * ob + h * oh;
-#pragma unroll
-  for (int hh = 0; hh < 2; ++hh) {
-    float l = lrow[hh];
-    l += __shfl_xor_sync(0xffffffffu, l, 1);
-    l += __shfl_xor_sync(0xffffffffu, l, 2);
-    const int row = m0 + row0 + 8 * hh;
-    if (row >= Sq) continue;
-    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-    T* out = Op + static_cast<long long>(row) * os + 2 * t4;
-#pragma unroll
-    for (int j = 0; j < D / 8; ++j) {
-      Vec<T, 2> pair;
-      pair.v[0] = T(l > 0.0f ? o[4 * j + 2 * hh] * inv : 0.0f);
-      pair.v[1] = T(l > 0.0f ? o[4 * j + 2 * hh + 1] * inv : 0.0f);
-      *reinterpret_cast<Vec<T, 2>*>(out + 8 * j) = pair;
-    }
-  }
+  wg_store_rows<D>(O + b * ob + h * oh, o, lrow, m0 + row0, Sq, os, t4);
 }
 
 // ---------------------------------------------------------------------------
@@ -374,51 +333,6 @@ __device__ __forceinline__ void reg_fence(unsigned (&x)[N][4]) {
   for (int i = 0; i < N; ++i)
 #pragma unroll
     for (int j = 0; j < 4; ++j) asm volatile("" : "+r"(x[i][j])::"memory");
-}
-
-// Masks of key tile n0 (as flash_fwd_wgmma), then the online softmax: s
-// becomes P = exp2(s c - m c), the running max and sums move, alpha[hh] is
-// the factor O's rows must be scaled by (1 where the max did not move).
-template <int BN, int BM>
-__device__ __forceinline__ void ws_softmax(float (&s)[BN / 2], float (&mrow)[2], float (&lrow)[2], float (&alpha)[2],
-                                           int n0, int m0, int row0, int t4, int off, int left, int right, int Lk,
-                                           float scale_log2) {
-  const bool full = n0 + BN <= Lk && n0 + BN - 1 <= m0 + off + right && n0 >= m0 + BM - 1 + off - left;
-  if (!full) {
-#pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-      const int i = m0 + row0 + 8 * hh + off;
-      const int jlo = i - left, jhi = min(i + right, Lk - 1);
-#pragma unroll
-      for (int j = 0; j < BN / 8; ++j)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int key = n0 + 8 * j + 2 * t4 + e;
-          if (key < jlo || key > jhi) s[4 * j + 2 * hh + e] = wg_neg_inf();
-        }
-    }
-  }
-#pragma unroll
-  for (int hh = 0; hh < 2; ++hh) {
-    float mx = mrow[hh];
-#pragma unroll
-    for (int j = 0; j < BN / 8; ++j) mx = fmaxf(mx, fmaxf(s[4 * j + 2 * hh], s[4 * j + 2 * hh + 1]));
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-    const float msc = mx == wg_neg_inf() ? 0.0f : mx * scale_log2;
-    alpha[hh] = mx != mrow[hh] ? exp2_approx(mrow[hh] * scale_log2 - msc) : 1.0f;
-    mrow[hh] = mx;
-    float sum = 0.0f;
-#pragma unroll
-    for (int j = 0; j < BN / 8; ++j)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const float p = exp2_approx(s[4 * j + 2 * hh + e] * scale_log2 - msc);
-        s[4 * j + 2 * hh + e] = p;
-        sum += p;
-      }
-    lrow[hh] = lrow[hh] * alpha[hh] + sum;
-  }
 }
 
 // wg_load_tile for the producer's 128 threads in few registers (it runs
@@ -555,7 +469,7 @@ flash_fwd_ws(const T* __restrict__ Q, const T* __restrict__ K, const T* __restri
     named_arrive(4 - c, 256);
     wgmma_wait<0>();
     reg_fence(s);
-    ws_softmax<BN, BM>(s, mrow, lrow, alpha, n_begin * BN, m0, row0, t4, off, left, right, Lk, scale_log2);
+    wg_softmax<BN, BM>(s, mrow, lrow, alpha, n_begin * BN, m0, row0, t4, off, left, right, Lk, scale_log2);
     pack_p();  // O is 0: no rescale
 
     for (int i = 1; i < nt; ++i) {  // issue point i: S_i and P_{i-1} V_{i-1}
@@ -569,7 +483,7 @@ flash_fwd_ws(const T* __restrict__ Q, const T* __restrict__ K, const T* __restri
       named_arrive(4 - c, 256);  // consumer 1's last point is nt, after the loop
       wgmma_wait<1>();           // S_i done; the P V wgmmas may still run
       reg_fence(s);
-      ws_softmax<BN, BM>(s, mrow, lrow, alpha, (n_begin + i) * BN, m0, row0, t4, off, left, right, Lk, scale_log2);
+      wg_softmax<BN, BM>(s, mrow, lrow, alpha, (n_begin + i) * BN, m0, row0, t4, off, left, right, Lk, scale_log2);
       wgmma_wait<0>();  // P_{i-1} V_{i-1} done: stage (i - 1) % STAGES is free, o and pa may be touched
       reg_fence(o);
       reg_fence(pa);
@@ -595,25 +509,7 @@ flash_fwd_ws(const T* __restrict__ Q, const T* __restrict__ K, const T* __restri
     reg_fence(o);
   }
 
-  // O / l for the block's rows < Sq; zeros where no key was visible.
-  T* Op = O + b * ob + h * oh;
-#pragma unroll
-  for (int hh = 0; hh < 2; ++hh) {
-    float l = lrow[hh];
-    l += __shfl_xor_sync(0xffffffffu, l, 1);
-    l += __shfl_xor_sync(0xffffffffu, l, 2);
-    const int row = m0 + row0 + 8 * hh;
-    if (row >= Sq) continue;
-    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-    T* out = Op + static_cast<long long>(row) * os + 2 * t4;
-#pragma unroll
-    for (int j = 0; j < D / 8; ++j) {
-      Vec<T, 2> pair;
-      pair.v[0] = T(l > 0.0f ? o[4 * j + 2 * hh] * inv : 0.0f);
-      pair.v[1] = T(l > 0.0f ? o[4 * j + 2 * hh + 1] * inv : 0.0f);
-      *reinterpret_cast<Vec<T, 2>*>(out + 8 * j) = pair;
-    }
-  }
+  wg_store_rows<D>(O + b * ob + h * oh, o, lrow, m0 + row0, Sq, os, t4);
 }
 
 }  // namespace attn
