@@ -193,7 +193,7 @@ def _tc_kernel(t: str, kt: str, d: int, paged: bool, warps: int, stages: int, bl
     return _jit(f"pgk::decode_attn_tc<{t}, {kt}, {d}, {'true' if paged else 'false'}, {warps}, {stages}, {blocks}, {prefetch}>")
 
 
-def tensor_cores(head_dim: int, fp8: bool) -> bool:
+def tensor_cores(head_dim: int) -> bool:
     """Whether decode runs on the tensor-core kernel: head_dim a multiple of 16 up to 128 (any cache dtype)."""
     return head_dim % 16 == 0 and head_dim <= 128
 
@@ -212,7 +212,7 @@ class Knobs(NamedTuple):
 
 def knobs(head_dim: int, fp8: bool, keys: int) -> Knobs:
     """The knobs for a cache of ``head_dim`` (fp8 or not) read over ``keys`` keys."""
-    if tensor_cores(head_dim, fp8):
+    if tensor_cores(head_dim):
         if keys >= TC_LONG_KEYS:
             return Knobs(TC_ROWS, TC_LONG_WARPS, TC_LONG_STAGES, TC_LONG_BLOCKS_PER_SM, TC_LONG_WARPS * 16, TC_MIN_SPLIT_STEPS)
         steps = 1 if keys >= TC_MID_KEYS else TC_MIN_SPLIT_STEPS
@@ -230,7 +230,7 @@ def _keys_per_step(fp8: bool) -> int:
 def _smem(head_dim: int, fp8: bool, kn: Knobs, rows: int) -> int:
     """Dynamic shared memory bytes: the K / V ring, reused by the warps' merge (DecodeWarpParts in decode_attn.cu:
     each warp's rows' accumulators, padded by 4 floats, and their m and l)."""
-    if tensor_cores(head_dim, fp8):  # per warp [stages][K, V][16 keys][head_dim + 8] (padded rows); fp8: [head_dim] bytes, + staging
+    if tensor_cores(head_dim):  # per warp [stages][K, V][16 keys][head_dim + 8] (padded rows); fp8: [head_dim] bytes, + staging
         padded = 2 * 16 * (head_dim + 8) * 2
         ring = kn.warps * (kn.stages * 2 * 16 * head_dim + padded if fp8 else kn.stages * padded)
     else:
@@ -269,7 +269,7 @@ def _plan(q: Any, k_cache: Any, v_cache: Any, lengths: Any, block_table: Any, k_
     rt = _runtime.get()
     kn = knobs(lay.head_dim, lay.fp8, keys)
     chunks, rows, splits = launch_shape(lay.batch, lay.heads, hq, tq, keys, kn, rt.props["multiprocessor_count"])
-    if tensor_cores(lay.head_dim, lay.fp8):  # its blocks hold 16 rows (a chunk's padding rows masked)
+    if tensor_cores(lay.head_dim):  # its blocks hold 16 rows (a chunk's padding rows masked)
         rows = TC_ROWS
         pf = 0 if lay.paged else TC_PREFETCH
         kern = _tc_kernel(_CTYPES[q.dtype], _CTYPES[k_cache.dtype], lay.head_dim, lay.paged, kn.warps, kn.stages, kn.blocks, pf)
@@ -286,7 +286,7 @@ def _plan(q: Any, k_cache: Any, v_cache: Any, lengths: Any, block_table: Any, k_
         # the CUDA-core kernel over an fp8 cache is not a dependent launch: the next kernel's blocks, started
         # early beside it, slowed it by half at 8k-32k keys on an H100 (32k: 44 -> 66 us); the tensor-core
         # kernel gains from it with any cache (fp8: 5-10% at 1k-32k keys, `..._nn-decode-fp8-tensor-cores.json`)
-        kern.dependent(rt) and (tensor_cores(lay.head_dim, lay.fp8) or not lay.fp8),
+        kern.dependent(rt) and (tensor_cores(lay.head_dim) or not lay.fp8),
         splits * chunks,
         lay.heads,
         lay.batch,
