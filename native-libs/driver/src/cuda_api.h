@@ -71,6 +71,8 @@ constexpr int kCudaApiVersion = 12000;
   X(LaunchKernel, "cuLaunchKernel", PFN_cuLaunchKernel_v4000, 1, 1)                         \
   /* optional: launches with attributes (programmatic dependent launch, SM 90+) */           \
   X(LaunchKernelEx, "cuLaunchKernelEx", PFN_cuLaunchKernelEx_v11060, 1, 0)                   \
+  /* optional: TMA tensor maps (host-only encoder, SM 90 kernels) */                         \
+  X(TensorMapEncodeTiled, "cuTensorMapEncodeTiled", PFN_cuTensorMapEncodeTiled_v12000, 1, 0) \
   X(StreamBeginCapture, "cuStreamBeginCapture", PFN_cuStreamBeginCapture_v10010, 1, 1)       \
   X(StreamEndCapture, "cuStreamEndCapture", PFN_cuStreamEndCapture_v10000, 1, 1)             \
   X(StreamIsCapturing, "cuStreamIsCapturing", PFN_cuStreamIsCapturing_v10000, 1, 1)          \

@@ -100,6 +100,41 @@ void bind_modules(py::module_ &m) {
               "cuFuncSetAttribute");
       },
       py::arg("func"), py::arg("nbytes"));
+
+  m.def(
+      "tensor_map_encode_2d",
+      [](uint64_t ptr, uint64_t inner, uint64_t outer, uint64_t row_bytes, uint32_t box_inner, uint32_t box_rows,
+         int elem_bytes) {
+        if (cu.TensorMapEncodeTiled == nullptr) {
+          throw_cuda("cuTensorMapEncodeTiled", CUDA_ERROR_NOT_SUPPORTED, " (this driver has no tensor-map encoder)");
+        }
+        CUtensorMapDataType type;
+        switch (elem_bytes) {
+          case 1: type = CU_TENSOR_MAP_DATA_TYPE_UINT8; break;
+          case 2: type = CU_TENSOR_MAP_DATA_TYPE_UINT16; break;
+          case 4: type = CU_TENSOR_MAP_DATA_TYPE_UINT32; break;
+          case 8: type = CU_TENSOR_MAP_DATA_TYPE_UINT64; break;
+          default: throw py::value_error("tensor_map_encode_2d: elem_bytes must be 1, 2, 4 or 8");
+        }
+        CUtensorMap map;
+        const cuuint64_t dims[2] = {inner, outer};
+        const cuuint64_t strides[1] = {row_bytes};
+        const cuuint32_t box[2] = {box_inner, box_rows};
+        const cuuint32_t ones[2] = {1, 1};
+        CUresult r = cu.TensorMapEncodeTiled(&map, type, 2, reinterpret_cast<void *>(ptr), dims, strides, box, ones,
+                                             CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+        if (r != CUDA_SUCCESS) {
+          throw_cuda("cuTensorMapEncodeTiled", r,
+                     " (inner " + std::to_string(inner) + ", outer " + std::to_string(outer) + ", row bytes " +
+                         std::to_string(row_bytes) + ", box " + std::to_string(box_inner) + "x" +
+                         std::to_string(box_rows) + ")");
+        }
+        return py::bytes(reinterpret_cast<const char *>(&map), sizeof(map));
+      },
+      py::arg("ptr"), py::arg("inner"), py::arg("outer"), py::arg("row_bytes"), py::arg("box_inner"),
+      py::arg("box_rows"), py::arg("elem_bytes"),
+      "The 128-byte CUtensorMap of a row-major 2-D operand with the 128-byte swizzle (cuTensorMapEncodeTiled).");
 }
 
 }  // namespace pgk

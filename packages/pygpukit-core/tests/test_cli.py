@@ -83,20 +83,39 @@ def test_demo_runs(capsys):
     assert "a * 2 + arange(5)" in out and "max abs error" in out and "num_driver_allocs" in out
 
 
-def test_plugin_commands_run_with_their_arguments(monkeypatch, capsys):
+def test_plugin_commands_run_with_their_arguments(capsys):
     import pygpukit.cli as cli
+    from pygpukit.plugins import hookimpl
 
     calls = []
 
-    class EntryPoint:
-        name, value, dist = "hello", "hello_pkg.cli:main", None
+    class HelloPlugin:
+        @hookimpl
+        def pygpukit_register_commands(self, registry):
+            registry.register("hello", lambda argv: calls.append(argv) or 3, description="says hello")
 
-        def load(self):
-            return lambda argv: calls.append(argv) or 3
-
-    monkeypatch.setattr(cli, "_plugin_commands", lambda: {"hello": EntryPoint(), "info": EntryPoint()})
-    assert cli.main(["hello", "--flag", "x"]) == 3 and calls == [["--flag", "x"]]
+    gp.plugins.register(HelloPlugin(), name="hellocmd")
+    try:
+        assert cli.main(["hello", "--flag", "x"]) == 3 and calls == [["--flag", "x"]]
+        with pytest.raises(SystemExit):
+            cli.main(["--help"])
+        assert "says hello (from plugin hellocmd" in capsys.readouterr().out
+        assert cli.main(["info", "--json"]) == 0 and calls == [["--flag", "x"]]
+    finally:
+        gp.plugins.disable("hellocmd")
     with pytest.raises(SystemExit):
-        cli.main(["--help"])
-    assert "from hello_pkg.cli" in capsys.readouterr().out
-    assert cli.main(["info", "--json"]) == 0 and calls == [["--flag", "x"]]  # a builtin is never shadowed
+        cli.main(["hello"])  # gone with its plugin
+
+
+def test_a_plugin_cannot_take_a_builtin_command_name():
+    from pygpukit.plugins import hookimpl
+
+    class Shadow:
+        @hookimpl
+        def pygpukit_register_commands(self, registry):
+            registry.register("info", lambda argv: 0)
+
+    with pytest.warns(gp.plugins.PluginWarning, match="core's own"):
+        state = gp.plugins.register(Shadow(), name="shadowcmd")
+        gp.plugins.plugins()
+    assert state.status.startswith("failed")

@@ -473,21 +473,17 @@ __all__ = [
 
 
 def __getattr__(name: str) -> object:
-    """``gp.nn``: the functional API of the separately installed pygpukit-nn
-    package (``pygpukit_nn.functional``); ``gp.fft``: pygpukit-audio's
-    numpy.fft-like module (``pygpukit_audio.fft``); each imported on first use."""
-    if name == "fft":
-        try:
-            from pygpukit_audio import fft
-        except ImportError as e:
-            raise AttributeError("pygpukit.fft needs the pygpukit-audio package: pip install pygpukit-audio") from e
-        globals()["fft"] = fft
-        return fft
-    if name == "nn":
-        try:
-            from pygpukit_nn import functional
-        except ImportError as e:
-            raise AttributeError("pygpukit.nn needs the pygpukit-nn package: pip install pygpukit-nn") from e
-        globals()["nn"] = functional
-        return functional
+    """``gp.nn``, ``gp.fft``...: modules that installed plugins register as
+    namespaces (``pygpukit_register_namespaces``), imported on first use."""
+    if name.startswith("__"):
+        raise AttributeError(f"module 'pygpukit' has no attribute {name!r}")
+    from .registry import REGISTRY
+
+    REGISTRY.ensure_loaded()
+    if name in REGISTRY.namespaces:
+        import importlib
+
+        module = importlib.import_module(REGISTRY.namespaces.get(name).module)
+        globals()[name] = module
+        return module
     raise AttributeError(f"module 'pygpukit' has no attribute {name!r}")

@@ -1,7 +1,6 @@
 """The ``pygpukit`` command: info, doctor, demo, ops, plugins, top, and the
-commands of installed plugin packages (entry-point group ``pygpukit.commands``:
-``name = "module:function"``, the function takes the remaining arguments and
-returns an exit status; only the one asked for is imported)."""
+commands plugins register (``pygpukit_register_commands``: the function takes
+the remaining arguments and returns an exit status)."""
 
 from __future__ import annotations
 
@@ -10,21 +9,21 @@ import json
 import sys
 from typing import Any
 
-COMMANDS_GROUP = "pygpukit.commands"
+BUILTIN = ("info", "doctor", "demo", "ops", "plugins", "top")
 
 
 def _plugin_commands() -> dict[str, Any]:
-    from importlib.metadata import entry_points
+    from .registry import REGISTRY
 
-    return {ep.name: ep for ep in entry_points(group=COMMANDS_GROUP)}
+    REGISTRY.ensure_loaded()
+    return {c.name: c for c in REGISTRY.commands.entries()}
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    extra = _plugin_commands()
-    builtin = {"info", "doctor", "demo", "ops", "plugins", "top"}
-    if argv and argv[0] in extra and argv[0] not in builtin:
-        return int(extra[argv[0]].load()(argv[1:]) or 0)
+    extra = {} if argv and argv[0] in BUILTIN else _plugin_commands()
+    if argv and argv[0] in extra:
+        return int(extra[argv[0]].main(argv[1:]) or 0)
     parser = argparse.ArgumentParser(prog="pygpukit", description="PyGPUkit command line")
     sub = parser.add_subparsers(dest="command", required=True)
     p_info = sub.add_parser("info", help="backend, device, driver, NVRTC and cache directory")
@@ -40,10 +39,8 @@ def main(argv: list[str] | None = None) -> int:
     p_top.add_argument("--json", action="store_true", help="print the published snapshots as JSON and exit")
     p_top.add_argument("--interval", type=float, default=1.0, help="seconds between refreshes (default 1)")
     p_top.add_argument("--dir", default=None, help="run directory (default: PYGPUKIT_RUN_DIR or <tmp>/pygpukit-<uid>)")
-    for name, ep in sorted(extra.items()):
-        if name not in builtin:
-            dist = ep.dist.name if ep.dist is not None else ep.value.split(":")[0]
-            sub.add_parser(name, help=f"from {dist}: pygpukit {name} --help", add_help=False)
+    for name, cmd in sorted(extra.items()):
+        sub.add_parser(name, help=f"{cmd.description} (from plugin {cmd.plugin}; pygpukit {name} --help)", add_help=False)
     args = parser.parse_args(argv)
 
     if args.command == "info":

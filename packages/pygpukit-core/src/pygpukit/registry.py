@@ -150,6 +150,9 @@ class OpRegistry:
         self._loaded = False
         self._owner: dict[int, Impl] = {}  # id(fn) -> Impl, to name the plugin in errors
         self.models = ModelRegistry()
+        self.benchmarks = Catalog("benchmark")
+        self.commands = Catalog("command", reserved=("info", "doctor", "demo", "ops", "plugins", "top"))
+        self.namespaces = Catalog("namespace")
 
     # -- declaring ops and implementations ----------------------------------
     def define(self, op: str, *, nkey: int, doc: str = "", plugin: str = CORE) -> Callable[..., Any]:
@@ -454,29 +457,84 @@ class ModelEntry:
     plugin: str
 
 
-class ModelRegistry:
+@dataclass(frozen=True)
+class BenchmarkEntry:
+    """A benchmark suite (``pygpukit_register_benchmarks``): ``run(recorder, quick)``
+    measures and records (see ``pygpukit.benchmark.harness``)."""
+
+    name: str
+    run: Callable[..., Any]
+    description: str
+    plugin: str
+
+
+@dataclass(frozen=True)
+class CommandEntry:
+    """A ``pygpukit NAME ...`` command (``pygpukit_register_commands``): ``main(argv)``
+    takes the remaining arguments and returns an exit status."""
+
+    name: str
+    main: Callable[[list[str]], Any]
+    description: str
+    plugin: str
+
+
+@dataclass(frozen=True)
+class NamespaceEntry:
+    """An attribute of ``pygpukit`` served by a plugin's module (``gp.nn``),
+    imported on first access (``pygpukit_register_namespaces``)."""
+
+    name: str
+    module: str
+    description: str
+    plugin: str
+
+
+class Catalog:
+    """Named entries that plugins add (models, benchmarks, commands, namespaces),
+    each attributed to its plugin; ``kind`` names them in errors."""
+
+    def __init__(self, kind: str, reserved: Iterable[str] = ()) -> None:
+        self.kind = kind
+        self.reserved = frozenset(reserved)  # names core uses itself
+        self._entries: dict[str, Any] = {}
+
+    def add(self, entry: Any) -> Any:
+        """Add ``entry`` (a frozen dataclass with ``name`` and ``plugin``); its target was checked by the caller."""
+        where = f"plugin {entry.plugin!r}"
+        if not isinstance(entry.name, str) or not entry.name:
+            raise PluginError(f"{where}: a {self.kind} name must be a non-empty str, got {entry.name!r}")
+        if entry.name in self.reserved:
+            raise PluginError(f"{where}: {self.kind} name {entry.name!r} is core's own")
+        if entry.name in self._entries:
+            raise PluginError(f"{where}: {self.kind} {entry.name!r} is already registered by {self._entries[entry.name].plugin!r}")
+        self._entries[entry.name] = entry
+        return entry
+
+    def remove_plugin(self, plugin: str) -> None:
+        self._entries = {k: v for k, v in self._entries.items() if v.plugin != plugin}
+
+    def get(self, name: str) -> Any:
+        try:
+            return self._entries[name]
+        except KeyError:
+            raise KeyError(f"no {self.kind} named {name!r}; registered: {', '.join(sorted(self._entries)) or 'none'}") from None
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._entries
+
+    def entries(self) -> list[Any]:
+        return sorted(self._entries.values(), key=lambda m: m.name)
+
+
+class ModelRegistry(Catalog):
     def __init__(self) -> None:
-        self._models: dict[str, ModelEntry] = {}
+        super().__init__("model")
 
     def register(self, name: str, loader: Callable[..., Any], *, description: str = "", plugin: str = CORE) -> ModelEntry:
         if not callable(loader):
             raise PluginError(f"plugin {plugin!r}: the loader of model {name!r} must be callable")
-        if name in self._models:
-            raise PluginError(f"plugin {plugin!r}: model {name!r} is already registered by {self._models[name].plugin!r}")
-        entry = self._models[name] = ModelEntry(name, loader, description, plugin)
-        return entry
-
-    def remove_plugin(self, plugin: str) -> None:
-        self._models = {k: v for k, v in self._models.items() if v.plugin != plugin}
-
-    def get(self, name: str) -> ModelEntry:
-        try:
-            return self._models[name]
-        except KeyError:
-            raise KeyError(f"no model named {name!r}; registered: {', '.join(sorted(self._models)) or 'none'}") from None
-
-    def entries(self) -> list[ModelEntry]:
-        return sorted(self._models.values(), key=lambda m: m.name)
+        return self.add(ModelEntry(name, loader, description, plugin))  # type: ignore[no-any-return]
 
 
 REGISTRY = OpRegistry()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 
 import pygpukit as gp
 
@@ -12,10 +13,19 @@ from . import core
 from .harness import BACKENDS, Recorder, compare, table, write_json
 
 
+def suites() -> dict[str, Callable[[Recorder, bool], None]]:
+    """Core's suites, then those the installed plugins register (``pygpukit_register_benchmarks``)."""
+    from ..registry import REGISTRY
+
+    REGISTRY.ensure_loaded()
+    return {**core.SUITE, **{b.name: b.run for b in REGISTRY.benchmarks.entries() if b.name not in core.SUITE}}
+
+
 def main(argv: list[str] | None = None) -> int:
+    suite = suites()
     p = argparse.ArgumentParser(prog="python -m pygpukit.benchmark", description=__doc__)
     p.add_argument("--quick", action="store_true", help="smaller sizes and fewer repetitions")
-    p.add_argument("--only", action="append", choices=sorted(core.SUITE), help="run only these benchmarks (repeatable)")
+    p.add_argument("--only", action="append", choices=sorted(suite), help="run only these benchmarks (repeatable)")
     p.add_argument("--json", metavar="PATH", help="write the records as JSON")
     p.add_argument("--compare", metavar="OLD.json", help="flag regressions against an earlier results file")
     p.add_argument("--threshold", type=float, default=0.05, help="relative loss that counts as a regression (default 0.05)")
@@ -30,9 +40,9 @@ def main(argv: list[str] | None = None) -> int:
     gpu = info.device_name or "cpu"
     print(f"pygpukit {info.version} on {gpu} ({info.backend})", flush=True)
     rec = Recorder(gpu, backends)
-    for name in args.only or list(core.SUITE):
+    for name in args.only or list(suite):
         print(f"[{name}]", flush=True)
-        core.SUITE[name](rec, args.quick)
+        suite[name](rec, args.quick)
     print()
     print(table(rec.records, markdown=args.markdown))
     if args.json:

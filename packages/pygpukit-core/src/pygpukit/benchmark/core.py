@@ -17,25 +17,15 @@ import pygpukit as gp
 
 from .. import _runtime
 from . import peers
-from .audio_dsp import bench_audio_dsp
-from .audio_fft import bench_audio_fft
 from .dispatch import bench_dispatch
 from .elementwise import bench_elementwise
 from .graphs import bench_graphs
 from .harness import Recorder, host_time_us, median_time_ms
-from .matmul import bench_matmul, bench_own_gemm
-from .nn_attention import bench_nn_attention
-from .nn_decode import bench_nn_decode
-from .nn_moe import bench_nn_moe
-from .nn_norms import bench_nn_norms
-from .nn_rope import bench_nn_rope
-from .nn_sampling import bench_nn_sampling
 from .random import bench_random
 from .scheduler import bench_scheduler
 from .softmax import bench_softmax
 from .sorting import bench_sorting
 from .transfer import bench_transfer
-from .triton_ops import bench_triton_ops
 
 
 def _impls(quick: bool):
@@ -277,23 +267,12 @@ SUITE = {
     "dispatch": bench_dispatch,
     "launch": bench_launch,
     "graphs": bench_graphs,
-    "matmul": bench_matmul,
-    "own_gemm": bench_own_gemm,
     "reductions": bench_reductions,
     "jit": bench_jit,
     "import": bench_import,
     "random": bench_random,
     "softmax": bench_softmax,
-    "nn_norms": bench_nn_norms,
-    "nn_rope": bench_nn_rope,
-    "nn_moe": bench_nn_moe,
-    "nn_sampling": bench_nn_sampling,
-    "nn_attention": bench_nn_attention,
-    "nn_decode": bench_nn_decode,
-    "audio_fft": bench_audio_fft,
     "sorting": bench_sorting,
     "scheduler": bench_scheduler,
     "transfer": bench_transfer,
-    "audio_dsp": bench_audio_dsp,
-    "triton_ops": bench_triton_ops,
 }

@@ -10,8 +10,9 @@ highest and lowest priority (what stream priorities alone give), and under the
 scheduler (decode a Guaranteed task of partition "inference", batch a
 BestEffort task of partition "batch" with compute share 0.5); the batch's
 TFLOP/s in each case. Also the host time of a pool allocation inside a task
-over one outside. Needs pygpukit-gemm (GEMV, cuBLASLt) and pygpukit-nn
-(rms_norm) for the real kernels; without them, core's kernels stand in.
+over one outside. The real kernels are the registry's ops (``linear``, and
+``rms_norm`` where a plugin such as pygpukit-nn defines it); without a
+plugin, core's kernels stand in.
 On the CPU backend only the allocation case runs."""
 
 from __future__ import annotations
@@ -31,12 +32,10 @@ HIDDEN, LAYERS, BATCH_N = 4096, 20, 8192
 
 
 def _rms_norm() -> Callable[[Any, Any], Any]:
-    try:
-        from pygpukit_nn.functional import rms_norm
-
-        return lambda x, w: rms_norm(x, w, eps=1e-6)
-    except ImportError:
-        return lambda x, w: x * w  # one elementwise kernel stands in
+    if "rms_norm" in gp.ops.names():
+        rms_norm = gp.ops.rms_norm
+        return lambda x, w: rms_norm(x, w, 1e-6)
+    return lambda x, w: x * w  # one elementwise kernel stands in
 
 
 class _Decode:

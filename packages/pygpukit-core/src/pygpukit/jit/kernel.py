@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import struct
 from collections.abc import Sequence
 
 from .. import _runtime
@@ -121,6 +122,17 @@ class JitKernel:
             fn = self._fn[rt.sm] = module.get_function(self.compile(rt.sm), self.func)
         return fn
 
+    def function(self) -> int:
+        """The CUfunction handle on the current device (compiled or loaded on first use)."""
+        return self._function(self._require_cuda())
+
+    def launcher(self, grid: int | Sequence[int], block: int | Sequence[int], shared_mem: int = 0) -> Launch:
+        """A launch of this kernel with fixed dimensions, for a plan to keep:
+        ``launch(*args)`` packs the arguments by the kernel's signature and
+        launches on the current stream (``launch.on(stream_handle, *args)`` on
+        another). Dynamic shared memory above 48 KiB is opted into here."""
+        return Launch(self, grid, block, shared_mem)
+
     def dependent(self, rt: _runtime.Runtime) -> bool:
         """Whether this kernel's launches on ``rt``'s device are programmatic
         dependent launches (the ``dependent`` argument of ``native.launch``)."""
@@ -153,11 +165,70 @@ class JitKernel:
         packed = self._packer.pack(args)
         handle = stream.handle if stream is not None else current_stream_handle()
         fn = self._fn.get(rt.sm) or self._function(rt)
+        if shared_mem > _DEFAULT_SMEM:
+            _opt_in_shared_memory(rt, fn, shared_mem)
         rt.native.launch(fn, g[0], g[1], g[2], b[0], b[1], b[2], shared_mem, handle, packed, self._dependent and rt.sm >= 90)
 
     def __repr__(self) -> str:
         sig = ", ".join(f"{p.ctype} {p.name}" for p in self.params)
         return f"<pygpukit.jit kernel {self.func}({sig})>"
+
+
+_DEFAULT_SMEM = 48 * 1024  # dynamic shared memory a kernel gets without opting in
+_smem_set: dict[int, int] = {}  # CUfunction -> the most dynamic shared memory opted into
+
+
+def _opt_in_shared_memory(rt: _runtime.Runtime, fn: int, nbytes: int) -> None:
+    if _smem_set.get(fn, _DEFAULT_SMEM) < nbytes:
+        rt.native.function_set_max_dynamic_shared_memory(fn, nbytes)
+        _smem_set[fn] = nbytes
+
+
+class Launch:
+    """One kernel at fixed grid, block and shared memory, bound to the device
+    it was made on: the hot path of a planned op (see ``JitKernel.launcher``)."""
+
+    __slots__ = ("_args", "_dependent", "_launch", "_pack", "kernel")
+
+    def __init__(self, kernel: JitKernel, grid: int | Sequence[int], block: int | Sequence[int], shared_mem: int = 0) -> None:
+        rt = kernel._require_cuda()
+        g, b = _dim3(grid, "grid"), _dim3(block, "block")
+        if b[0] * b[1] * b[2] > 1024:
+            raise ValueError(f"block {b} has {b[0] * b[1] * b[2]} threads; the maximum is 1024")
+        if type(shared_mem) is not int or shared_mem < 0:
+            raise ValueError(f"shared_mem must be a non-negative int, got {shared_mem!r}")
+        fn = kernel._function(rt)
+        if shared_mem > _DEFAULT_SMEM:
+            _opt_in_shared_memory(rt, fn, shared_mem)
+        self.kernel = kernel
+        self._args = (fn, *g, *b, shared_mem)
+        self._dependent = kernel.dependent(rt)
+        self._launch = rt.native.launch
+        self._pack = kernel._packer.pack_args
+
+    def __call__(self, *args: object) -> None:
+        try:
+            packed = self._pack(*args)
+        except (TypeError, struct.error):
+            packed = self.kernel._packer.pack(args)  # raises saying which argument, or how many were expected
+        fn, gx, gy, gz, bx, by, bz, smem = self._args
+        self._launch(fn, gx, gy, gz, bx, by, bz, smem, current_stream_handle(), packed, self._dependent)
+
+    def on(self, stream: int, *args: object) -> None:
+        """Launch on the stream with handle ``stream`` instead of the current one."""
+        fn, gx, gy, gz, bx, by, bz, smem = self._args
+        self._launch(fn, gx, gy, gz, bx, by, bz, smem, stream, self.kernel._packer.pack(args), self._dependent)
+
+    @property
+    def grid(self) -> tuple[int, int, int]:
+        return self._args[1:4]  # type: ignore[return-value]
+
+    @property
+    def block(self) -> tuple[int, int, int]:
+        return self._args[4:7]  # type: ignore[return-value]
+
+    def __repr__(self) -> str:
+        return f"<pygpukit.jit launch {self.kernel.func} grid={self.grid} block={self.block} shared_mem={self._args[7]}>"
 
 
 _parse = signature.parse_params

@@ -117,33 +117,44 @@ def find_signature(source: str, func: str) -> list[Param]:
 
 
 class Packer:
-    """Packs Python arguments for one kernel signature into a parameter buffer."""
+    """Packs Python arguments for one kernel signature into a parameter buffer.
+
+    The packing function is generated once per signature (one expression per
+    parameter, the common argument types tested first), so a launch costs
+    about what a hand-written ``struct.pack`` does; anything unusual falls
+    back to the checked conversions below.
+    """
 
     def __init__(self, params: list[Param], func: str) -> None:
+        from ..array import GPUArray
+
         self.params = params
         self.func = func
         self._struct = struct.Struct("@" + "".join(p.code for p in params))
+        names = [f"a{i}" for i in range(len(params))]
+        env: dict[str, object] = {"GA": GPUArray, "S": self._struct.pack, "P": self._pointer, "C": self._scalar, "PS": params}
+        exprs = []
+        for i, (p, a) in enumerate(zip(params, names)):
+            if p.pointer:
+                same = "" if p.dtype is None else f" and {a}._dtype is D{i}"
+                env[f"D{i}"] = p.dtype
+                exprs.append(f"({a}._ptr if {a}.__class__ is GA{same} else 0 if {a} is None else P(PS[{i}], {a}))")
+            elif p.dtype is not None and p.dtype.kind == "f" and p.code in "fd":
+                exprs.append(f"{a} if {a}.__class__ is float else C(PS[{i}], {a})")
+            elif p.dtype is not None and p.dtype.kind in "iu":
+                exprs.append(f"{a} if {a}.__class__ is int else C(PS[{i}], {a})")
+            else:
+                exprs.append(f"C(PS[{i}], {a})")
+        code = f"def pack({', '.join(names)}):\n    return S({', '.join(exprs)})\n"
+        exec(code, env)  # generated from the parsed signature only: names and indices, no source text
+        self.pack_args = env["pack"]
 
     def pack(self, args: tuple) -> bytes:
-        params = self.params
-        if len(args) != len(params):
-            sig = ", ".join(f"{p.ctype} {p.name}" for p in params)
-            raise TypeError(f"kernel {self.func}({sig}) takes {len(params)} arguments, got {len(args)}")
-        values = []
-        for p, a in zip(params, args):
-            if p.pointer:
-                # fast path: an array whose dtype matches the pointee (or void*)
-                ptr = getattr(a, "_ptr", None)
-                if ptr is not None and (p.dtype is None or a._dtype is p.dtype):  # type: ignore[attr-defined]
-                    values.append(ptr)
-                else:
-                    values.append(self._pointer(p, a))
-            elif (type(a) is float and p.code in "fd") or (type(a) is int and p.code in "bBhHiIqQ"):
-                values.append(a)
-            else:
-                values.append(self._scalar(p, a))
+        if len(args) != len(self.params):
+            sig = ", ".join(f"{p.ctype} {p.name}" for p in self.params)
+            raise TypeError(f"kernel {self.func}({sig}) takes {len(self.params)} arguments, got {len(args)}")
         try:
-            return self._struct.pack(*values)
+            return self.pack_args(*args)  # type: ignore[operator]
         except struct.error as exc:  # an int out of the C type's range
             raise OverflowError(f"kernel {self.func}: an argument does not fit its C type ({exc})") from None
 

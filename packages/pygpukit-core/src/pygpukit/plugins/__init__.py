@@ -11,10 +11,26 @@ from __future__ import annotations
 
 from typing import Any
 
-from .manager import ModelRegistrar, OpRegistrar, PluginInfo, PluginState, PluginWarning, disable, enable, plugins, register
+from .manager import (
+    BenchmarkRegistrar,
+    CommandRegistrar,
+    ModelRegistrar,
+    NamespaceRegistrar,
+    OpRegistrar,
+    PluginInfo,
+    PluginState,
+    PluginWarning,
+    disable,
+    enable,
+    plugins,
+    register,
+)
 
 __all__ = [
+    "BenchmarkRegistrar",
+    "CommandRegistrar",
     "ModelRegistrar",
+    "NamespaceRegistrar",
     "OpRegistrar",
     "PluginInfo",
     "PluginState",

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import pluggy
 
-from .manager import ModelRegistrar, OpRegistrar, PluginInfo
+from .manager import BenchmarkRegistrar, CommandRegistrar, ModelRegistrar, NamespaceRegistrar, OpRegistrar, PluginInfo
 
 PROJECT = "pygpukit"
 hookspec = pluggy.HookspecMarker(PROJECT)
@@ -39,3 +39,21 @@ def pygpukit_register_ops(registry: OpRegistrar) -> None:
 @hookspec
 def pygpukit_register_models(registry: ModelRegistrar) -> None:
     """Register model architectures: ``registry.register(name, loader, description=...)``."""
+
+
+@hookspec
+def pygpukit_register_benchmarks(registry: BenchmarkRegistrar) -> None:
+    """Register benchmark suites of ``python -m pygpukit.benchmark``:
+    ``registry.register(name, run, description=...)``, ``run(recorder, quick)``."""
+
+
+@hookspec
+def pygpukit_register_commands(registry: CommandRegistrar) -> None:
+    """Register ``pygpukit NAME`` commands: ``registry.register(name, main, description=...)``,
+    ``main(argv)`` returns an exit status."""
+
+
+@hookspec
+def pygpukit_register_namespaces(registry: NamespaceRegistrar) -> None:
+    """Register attributes of ``pygpukit`` served by a module of the plugin
+    (``registry.register("nn", "pygpukit_nn.functional")`` gives ``gp.nn``)."""

@@ -16,9 +16,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .._errors import PluginError
+from ..registry import BenchmarkEntry, CommandEntry, ModelEntry, NamespaceEntry
 
 if TYPE_CHECKING:
-    from ..registry import Impl, ModelEntry, OpRegistry
+    from ..registry import Impl, OpRegistry
 
 
 class PluginWarning(UserWarning):
@@ -68,6 +69,50 @@ class ModelRegistrar:
 
     def register(self, name: str, loader: Callable[..., Any], *, description: str = "") -> ModelEntry:
         return self._models.register(name, loader, description=description, plugin=self.plugin)
+
+
+class BenchmarkRegistrar:
+    """``register(name, run, description=...)``: a suite of ``python -m pygpukit.benchmark``;
+    ``run(recorder, quick)`` records with ``pygpukit.benchmark.harness``."""
+
+    def __init__(self, registry: OpRegistry, plugin: str) -> None:
+        self._catalog = registry.benchmarks
+        self.plugin = plugin
+
+    def register(self, name: str, run: Callable[..., Any], *, description: str = "") -> BenchmarkEntry:
+        if not callable(run):
+            raise PluginError(f"plugin {self.plugin!r}: benchmark {name!r} must be callable as run(recorder, quick)")
+        return self._catalog.add(BenchmarkEntry(name, run, description, self.plugin))  # type: ignore[no-any-return]
+
+
+class CommandRegistrar:
+    """``register(name, main, description=...)``: ``pygpukit NAME args...`` calls
+    ``main(args)``, which returns an exit status (None counts as 0)."""
+
+    def __init__(self, registry: OpRegistry, plugin: str) -> None:
+        self._catalog = registry.commands
+        self.plugin = plugin
+
+    def register(self, name: str, main: Callable[[list[str]], Any], *, description: str = "") -> CommandEntry:
+        if not callable(main):
+            raise PluginError(f"plugin {self.plugin!r}: command {name!r} must be callable as main(argv)")
+        return self._catalog.add(CommandEntry(name, main, description, self.plugin))  # type: ignore[no-any-return]
+
+
+class NamespaceRegistrar:
+    """``register(name, module, description=...)``: ``gp.<name>`` is the module
+    named ``module`` (a dotted import path), imported on first access."""
+
+    def __init__(self, registry: OpRegistry, plugin: str) -> None:
+        self._catalog = registry.namespaces
+        self.plugin = plugin
+
+    def register(self, name: str, module: str, *, description: str = "") -> NamespaceEntry:
+        if not isinstance(module, str) or not all(part.isidentifier() for part in module.split(".")):
+            raise PluginError(f"plugin {self.plugin!r}: namespace {name!r} needs a dotted module path, got {module!r}")
+        if not name.isidentifier():
+            raise PluginError(f"plugin {self.plugin!r}: namespace name {name!r} is not a Python identifier")
+        return self._catalog.add(NamespaceEntry(name, module, description, self.plugin))  # type: ignore[no-any-return]
 
 
 _lock = threading.RLock()
@@ -153,6 +198,9 @@ def _activate(state: PluginState) -> None:
         state.info = _own_result(pm.hook.pygpukit_plugin_info, name, {})
         _own_result(pm.hook.pygpukit_register_ops, name, {"registry": OpRegistrar(_registry, name)})
         _own_result(pm.hook.pygpukit_register_models, name, {"registry": ModelRegistrar(_registry, name)})
+        _own_result(pm.hook.pygpukit_register_benchmarks, name, {"registry": BenchmarkRegistrar(_registry, name)})
+        _own_result(pm.hook.pygpukit_register_commands, name, {"registry": CommandRegistrar(_registry, name)})
+        _own_result(pm.hook.pygpukit_register_namespaces, name, {"registry": NamespaceRegistrar(_registry, name)})
     except Exception as e:
         _retract(name)
         _fail(state, f"its hooks raised {type(e).__name__}: {e}")
@@ -171,7 +219,8 @@ def _own_result(hook: Any, plugin: str, kwargs: dict[str, Any]) -> Any:
 def _retract(name: str) -> None:
     assert _registry is not None
     _registry.remove_plugin(name)
-    _registry.models.remove_plugin(name)
+    for catalog in (_registry.models, _registry.benchmarks, _registry.commands, _registry.namespaces):
+        catalog.remove_plugin(name)
     pm = _manager()
     if pm.has_plugin(name):
         pm.unregister(name=name)
