@@ -33,7 +33,9 @@ What is here:
   system search of NVRTC, cuBLASLt, cuFFT), ``encode_tensor_map_2d`` (the
   driver's tensor-map encoder for TMA kernels);
 - registration: ``register_family`` (one op's reference, CUDA and Triton
-  implementations at once).
+  implementations at once), ``op`` (an op's dispatcher). An implementation
+  of an op that another plugin defines may be registered before that
+  plugin loads: it waits for the definition.
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ from .array import GPUArray
 from .jit.kernel import JitKernel as Kernel
 from .jit.kernel import Launch
 from .plans import PlanCache, layout_key
+from .registry import REGISTRY
 from .streams import current_stream_handle as current_stream
 
 __all__ = [
@@ -74,6 +77,7 @@ __all__ = [
     "layout_key",
     "library_candidates",
     "load_library",
+    "op",
     "raw",
     "register_family",
 ]
@@ -225,6 +229,14 @@ def encode_tensor_map_2d(ptr: int, inner: int, outer: int, row_bytes: int, box_i
 
 
 # -- registration -------------------------------------------------------------------
+
+
+def op(name: str) -> Callable[..., Any]:
+    """The registry's dispatcher of op ``name`` (what ``gp.ops.<name>`` is), for
+    a plugin's public functions to call with their arguments positionally
+    (the dispatch's fast path). Loads the plugins on first use."""
+    return REGISTRY.dispatcher(name)
+
 
 
 def register_family(

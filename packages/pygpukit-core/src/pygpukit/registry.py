@@ -28,6 +28,7 @@ import importlib.util
 import itertools
 import os
 import threading
+import warnings
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -149,6 +150,9 @@ class OpRegistry:
         self._order = itertools.count()
         self._loaded = False
         self._owner: dict[int, Impl] = {}  # id(fn) -> Impl, to name the plugin in errors
+        # a plugin's implementations of an op another plugin defines, waiting for its
+        # definition (plugins load in name order, and a definer may be disabled)
+        self._pending: dict[str, list[Impl]] = {}
         self.models = ModelRegistry()
         self.benchmarks = Catalog("benchmark")
         self.commands = Catalog("command", reserved=("info", "doctor", "demo", "ops", "plugins", "top"))
@@ -165,8 +169,9 @@ class OpRegistry:
         with self._lock:
             if op in self._ops:
                 raise PluginError(f"plugin {plugin!r}: op {op!r} is already defined by {self._ops[op].plugin!r}")
-            entry = self._ops[op] = _Op(op, doc, nkey, plugin, [], {})
+            entry = self._ops[op] = _Op(op, doc, nkey, plugin, self._pending.pop(op, []), {})
             entry.dispatch = self._dispatcher(entry)
+            self._invalidate()
         return entry.dispatch
 
     def register(
@@ -192,12 +197,13 @@ class OpRegistry:
         label = f"{plugin}:{name or getattr(fn, '__name__', backend)}"
         with self._lock:
             entry = self._ops.get(op)
-            if entry is None:
+            if entry is None and plugin == CORE:
                 raise PluginError(f"{where}: op {op!r} is not defined; defined ops: {', '.join(sorted(self._ops))}")
-            if any(i.name == label and i.backend == backend for i in entry.impls):
+            impls = self._pending.setdefault(op, []) if entry is None else entry.impls
+            if any(i.name == label and i.backend == backend for i in impls):
                 raise PluginError(f"{where}: {op!r} already has a {backend} implementation named {label!r}")
             impl = Impl(op, label, backend, fn, dts, int(min_sm), int(priority), predicate, plugin, next(self._order))
-            entry.impls.append(impl)
+            impls.append(impl)
             self._owner[id(fn)] = impl
             self._invalidate()
         return impl
@@ -208,8 +214,9 @@ class OpRegistry:
             for entry in self._ops.values():
                 entry.impls = [i for i in entry.impls if i.plugin != plugin]
             for op in [o for o, e in self._ops.items() if e.plugin == plugin]:
-                del self._ops[op]
+                self._pending[op] = self._ops.pop(op).impls  # the others' wait for a new definition
                 self._routes.pop(op, None)
+            self._pending = {op: [i for i in impls if i.plugin != plugin] for op, impls in self._pending.items()}
             self._owner = {k: v for k, v in self._owner.items() if v.plugin != plugin}
             self._invalidate()
 
@@ -291,6 +298,14 @@ class OpRegistry:
                 from .plugins import manager
 
                 manager.load_all(self)
+                undefined = {op: sorted({i.plugin for i in impls}) for op, impls in self._pending.items() if impls}
+                if undefined:
+                    warnings.warn(
+                        "implementations of ops no plugin defines (is the defining plugin installed and enabled?): "
+                        + ", ".join(f"{op} from {', '.join(p)}" for op, p in sorted(undefined.items())),
+                        manager.PluginWarning,
+                        stacklevel=3,
+                    )
             self._apply_env_routes()
 
     # -- dispatch --------------------------------------------------------------

@@ -4,19 +4,13 @@ kernels take."""
 
 from __future__ import annotations
 
-import functools
-import os
-
 import pygpukit as gp
+from pygpukit import ext
 
-KERNEL_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels")
 
-
-@functools.cache
 def source(name: str) -> str:
     """The text of kernels/<name>.cu."""
-    with open(os.path.join(KERNEL_DIR, f"{name}.cu")) as f:
-        return f.read()
+    return ext.kernel_source(__name__, name)
 
 
 def rows_of(a: gp.GPUArray) -> tuple[gp.GPUArray, int]:
