@@ -44,6 +44,13 @@ mod history;
 mod state;
 mod stats;
 
+// `PoolState`'s methods, by concern (see `state`).
+mod expandable;
+mod free_sets;
+mod introspect;
+mod segments;
+mod stream_free;
+
 #[cfg(test)]
 mod tests;
 
