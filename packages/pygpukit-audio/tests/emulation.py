@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from pygpukit_audio import _dsp
+from pygpukit import ext
 
 HERE = Path(__file__).parent / "emulator"
 
@@ -23,7 +23,7 @@ def build(out: Path, harness: str, kernels: tuple[str, ...]) -> ctypes.CDLL:
     if cxx is None:
         pytest.skip("g++ is not installed (the kernel emulator needs a C++20 compiler)")
     for name in kernels:
-        text = _dsp.source(name).replace(
+        text = ext.kernel_source("pygpukit_audio", name).replace(
             "extern __shared__ __align__(16) unsigned char smem_raw[];", "unsigned char* smem_raw = g_dyn_smem;"
         )
         (out / f"{name}.cu").write_text(text)

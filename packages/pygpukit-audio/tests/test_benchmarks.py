@@ -8,9 +8,9 @@ from importlib import metadata
 
 import pytest
 
-from pygpukit.benchmark.audio_dsp import bench_audio_dsp
-from pygpukit.benchmark.core import SUITE
+from pygpukit.benchmark.__main__ import suites
 from pygpukit.benchmark.harness import Recorder
+from pygpukit_audio.benchmarks.dsp import bench_audio_dsp
 
 
 def test_audio_fft_suite_writes_records(tmp_path):
@@ -29,7 +29,7 @@ def test_audio_fft_suite_writes_records(tmp_path):
 
 
 def test_audio_dsp_suite_writes_records():
-    assert SUITE["audio_dsp"] is bench_audio_dsp
+    assert suites()["audio_dsp"] is bench_audio_dsp
     rec = Recorder("test")
     bench_audio_dsp(rec, True)
     mine = {r.bench for r in rec.records if r.impl == "pygpukit"}

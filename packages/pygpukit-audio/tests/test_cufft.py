@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import ctypes
 import itertools
-from collections import OrderedDict
 
 import numpy as np
 import pytest
 
 import pygpukit as gp
+from pygpukit import ext
 from pygpukit_audio import cufft
 
 TYPES = {0x29: ("c2c", np.complex64), 0x2A: ("r2c", np.float32), 0x2C: ("c2r", np.complex64),
@@ -96,7 +96,7 @@ def fake(monkeypatch):
     lib = cufft._Lib.__new__(cufft._Lib)
     lib.dll, lib.path, lib.version = FakeCufft(), "fake", 12000
     monkeypatch.setattr(cufft, "_lib", lib)
-    monkeypatch.setattr(cufft, "_plans", OrderedDict())
+    monkeypatch.setattr(cufft, "_plans", ext.PlanCache("test_cufft.plans", maxsize=cufft.MAX_PLANS))
     return lib.dll
 
 
@@ -130,7 +130,7 @@ def test_plans_are_kept_per_signature_and_evicted(fake, monkeypatch):
     assert len(fake.plans) == 1 and len(fake.execs) == 2  # one plan, two executions
     assert fake.streams == [gp.current_stream().handle] * 2
     assert all(p for p in fake.work_areas)  # a work area from the pool before each execution
-    monkeypatch.setattr(cufft, "MAX_PLANS", 2)
+    monkeypatch.setattr(cufft._plans, "maxsize", 2)
     for n in (8, 32, 64):
         rfft(x, n)
     assert len(cufft._plans) == 2 and len(fake.destroyed) >= 1  # the oldest plans are destroyed
@@ -146,7 +146,9 @@ def test_failures_name_the_call_and_status(fake):
 def test_missing_library_is_reported_and_not_taken(monkeypatch):
     monkeypatch.setattr(cufft, "_lib", None)
     monkeypatch.setattr(cufft, "_lib_error", None)
-    monkeypatch.setattr(cufft, "candidates", lambda: ["/nonexistent/libcufft.so.12"])
+    monkeypatch.setenv("PYGPUKIT_CUFFT_PATH", "/nonexistent/libcufft.so.12")  # the only place left to look
+    monkeypatch.setattr(cufft, "_WHEEL_LIBS", ())
+    monkeypatch.setattr(cufft, "_SYSTEM_SONAMES", ())
     with pytest.raises(
         cufft.CufftError, match=r"cuFFT could not be loaded \(pip install nvidia-cufft\); tried /nonexistent/libcufft.so.12"
     ):

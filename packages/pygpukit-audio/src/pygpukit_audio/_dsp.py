@@ -1,39 +1,28 @@
 """What the DSP modules (filters, resample, mel, features) share: their error
-types, argument checks, the CUDA sources (package data, read once), the
-registry's dispatcher and the (rows, n) layout of a signal along one axis."""
+types, argument checks, their CUDA kernels (kernels/<name>.cu, package data)
+and the (rows, n) layout of a signal along one axis."""
 
 from __future__ import annotations
 
-import functools
 import math
 import operator
-import os
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 import pygpukit as gp
-from pygpukit.registry import REGISTRY
+from pygpukit import ext
 
 from ._errors import AudioTypeError, AudioValueError
 
-KERNEL_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels")
 FLOATS = (np.dtype(gp.float32), np.dtype(gp.float64))
 CTYPES = {np.dtype(gp.float32): "float", np.dtype(gp.float64): "double"}
 INT32_MAX = 2**31 - 1
 
 
-@functools.cache
-def source(name: str) -> str:
-    """The text of kernels/<name>.cu."""
-    with open(os.path.join(KERNEL_DIR, f"{name}.cu")) as f:
-        return f.read()
-
-
-def op(name: str) -> Callable[..., Any]:
-    """The registry's dispatcher of ``name`` (loads the plugins on first use)."""
-    return REGISTRY.dispatcher(name)
+def kernel(file: str, expr: str, signature: str) -> ext.Kernel:
+    """Kernel ``expr`` (a template instantiation) of kernels/``file``.cu, its parameters as ``signature``."""
+    return ext.Kernel(ext.kernel_source(__name__, file), expr, signature=signature, name=f"{file}.cu")
 
 
 def signal(fn: str, x: Any, name: str = "x", finite: bool = True) -> gp.GPUArray:

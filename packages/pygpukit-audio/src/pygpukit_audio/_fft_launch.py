@@ -13,13 +13,12 @@ even rfft too long for one block is a real four-step transform of two passes.
 from __future__ import annotations
 
 import functools
-import os
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 import pygpukit as gp
-from pygpukit import _runtime
+from pygpukit import ext
 
 from . import _fft_plan as plan
 
@@ -46,12 +45,6 @@ REGS = 64
 BIG_POINTS = 8192
 SINCOS = True  # float twiddles from sincospif, not gathered from tables (fft.cu: unit_root)
 COLS = 32  # at least this many adjacent columns per block in the four-step passes, as shared memory allows
-
-
-@functools.cache
-def _source() -> str:
-    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels", "fft.cu")) as f:
-        return f.read()
 
 
 def padded(m: int) -> int:
@@ -85,6 +78,15 @@ def min_blocks(m: int, item: int, threads: int, cols: bool) -> int:
     return max(1, 65536 // (threads * REGS * max(1, item // 8)))
 
 
+class BlockKernel(NamedTuple):
+    """A block transform's kernel, threads per transform, transforms per block and dynamic shared bytes."""
+
+    kernel: ext.Kernel
+    threads: int
+    per_block: int
+    smem: int
+
+
 @functools.cache
 def _block_kernel(
     cdt: np.dtype,
@@ -96,20 +98,20 @@ def _block_kernel(
     lcols: bool = False,
     scols: bool = False,
     wide: bool = False,
-) -> tuple[Any, int, int, int]:
-    """(kernel, threads, transforms per block, shared bytes) of one block transform;
-    lcols / scols: the column load / store mapping of the four-step passes;
-    wide: 64-bit offsets inside rows (see wide())."""
+) -> BlockKernel:
+    """One block transform; lcols / scols: the column load / store mapping of
+    the four-step passes; wide: 64-bit offsets inside rows (see wide())."""
     t, tpb = geometry(m, cdt.itemsize, lcols or scols)
     minb = min_blocks(m, cdt.itemsize, t * tpb, lcols or scols)
     rad = "".join(f", {r}" for r in plan.radices(m) or ())
     flags = ", ".join("true" if f else "false" for f in (blue, lcols, scols, SINCOS, wide))
     expr = f"pgk_fft::fft_block<{_REAL_T[cdt]}, {m}, {t}, {tpb}, {direction}, {load}, {store}, {flags}, {minb}{rad}>"
-    kern = gp.jit(_source(), expr, signature=_SIG, name="fft.cu")
-    return kern, t, tpb, tpb * (padded(m) + (1 if lcols or scols else 0)) * cdt.itemsize
+    kern = ext.Kernel(ext.kernel_source(__name__, "fft"), expr, signature=_SIG, name="fft.cu")
+    return BlockKernel(kern, t, tpb, tpb * (padded(m) + (1 if lcols or scols else 0)) * cdt.itemsize)
 
 
-_opted_in: set[tuple[int, int]] = set()
+# (_block_kernel's arguments, wide, rows) -> the launch of that block transform over those rows
+_launches: ext.PlanCache[tuple, ext.Launch] = ext.PlanCache("pygpukit_audio.fft.block")
 
 
 def wide(m: int, ies: int, oes: int) -> bool:
@@ -119,15 +121,16 @@ def wide(m: int, ies: int, oes: int) -> bool:
 
 
 def _launch_block(key: tuple, args: tuple, batch: int) -> None:
-    """key: _block_kernel's arguments but wide, which comes from the strides in args."""
-    kern, t, tpb, smem = _block_kernel(*key, wide=wide(key[1], args[12], args[15]))
-    if smem > _STATIC_SMEM:
-        rt = _runtime.get()
-        fn = kern._function(rt)
-        if (fn, smem) not in _opted_in:
-            rt.native.function_set_max_dynamic_shared_memory(fn, smem)
-            _opted_in.add((fn, smem))
-    kern((-(-batch // tpb), 1, 1), (t, tpb, 1), *args, shared_mem=smem)
+    """key: _block_kernel's eight arguments but wide, which comes from the strides in args."""
+    pkey = (*key, wide(key[1], args[12], args[15]), batch)
+    launch = _launches.get(pkey) or _launches.put(pkey, _block_launch(pkey))
+    launch(*args)
+
+
+def _block_launch(pkey: tuple) -> ext.Launch:
+    *key, wide_rows, batch = pkey
+    bk = _block_kernel(*key, wide=wide_rows)
+    return bk.kernel.launcher((-(-batch // bk.per_block), 1, 1), (bk.threads, bk.per_block, 1), bk.smem)
 
 
 def modes(kind: str, n: int) -> tuple[int, int, int, int]:
@@ -171,7 +174,7 @@ def block(kind: str, src: Any, dst: Any, n: int, cdt: np.dtype, batch: int, irow
     inner, ibs, iis, ies = irows
     _, obs, ois, oes = orows
     args = (src, dst, tw, rtw, chirp, bhat, None, win, batch, inner, ibs, iis, ies, obs, ois, oes, L, 1, scale, clip[1], clip[0])
-    _launch_block((cdt, m, direction, load, store, blue), args, batch)
+    _launch_block((cdt, m, direction, load, store, blue, False, False), args, batch)
     return True
 
 
@@ -191,7 +194,7 @@ _ELEMENTWISE_SIG = {
 @functools.cache
 def _elementwise(name: str, cdt: np.dtype, direction: int | None) -> Any:
     tmpl = _REAL_T[cdt] if direction is None else f"{_REAL_T[cdt]}, {direction}"
-    return gp.jit(_source(), f"pgk_fft::{name}<{tmpl}>", signature=_ELEMENTWISE_SIG[name], name="fft.cu")
+    return ext.Kernel(ext.kernel_source(__name__, "fft"), f"pgk_fft::{name}<{tmpl}>", signature=_ELEMENTWISE_SIG[name], name="fft.cu")
 
 
 def _grid(total: int) -> int:
@@ -208,20 +211,25 @@ def supported(L: int) -> bool:
 def c2c_rows(x: gp.GPUArray, direction: int, scale: float) -> gp.GPUArray:
     """The transform of each contiguous row of complex x (batch, L)."""
     batch, L = x.shape
-    cdt = x.dtype
-    out = gp.empty((batch, L), cdt)
+    return _c2c(x, batch, L, x.dtype, direction, scale, ext.empty((batch, L), x.dtype))
+
+
+def _c2c(src: gp.GPUArray, batch: int, L: int, cdt: np.dtype, direction: int, scale: float, out: gp.GPUArray) -> gp.GPUArray:
+    """The transforms of ``batch`` contiguous rows of L complex ``cdt`` values
+    at ``src``, written to ``out`` (returned). The kernels take both through
+    their pointers only, so either may be a real array of (re, im) pairs."""
     if batch == 0 or L == 0:
         return out
     kind = "fft" if direction < 0 else "ifft"
-    if block(kind, x, out, L, cdt, batch, (1, L, 0, 1), (1, L, 0, 1), scale):
+    if block(kind, src, out, L, cdt, batch, (1, L, 0, 1), (1, L, 0, 1), scale):
         return out
     sp = plan.split(L)
     if sp is not None:
-        return _four_step(x, out, direction, scale, *sp)
+        return _four_step(src, out, batch, L, cdt, direction, scale, *sp)
     m = plan.bluestein_length(L)
     chirp, bhat = plan.table("chirp", L, cdt), plan.table("bhat", L, cdt, m)
-    w = gp.empty((batch, m), cdt)
-    _elementwise("chirp_in", cdt, direction)(_grid(batch * m), 256, x, chirp, w, batch, L, m)
+    w = ext.empty((batch, m), cdt)
+    _elementwise("chirp_in", cdt, direction)(_grid(batch * m), 256, src, chirp, w, batch, L, m)
     w = c2c_rows(w, -1, 1.0)
     _elementwise("mul_rows", cdt, direction)(_grid(batch * m), 256, w, bhat, batch, m)
     w = c2c_rows(w, 1, 1.0)
@@ -229,13 +237,13 @@ def c2c_rows(x: gp.GPUArray, direction: int, scale: float) -> gp.GPUArray:
     return out
 
 
-def _four_step(x: gp.GPUArray, out: gp.GPUArray, direction: int, scale: float, n1: int, n2: int) -> gp.GPUArray:
+def _four_step(
+    x: gp.GPUArray, out: gp.GPUArray, batch: int, n: int, cdt: np.dtype, direction: int, scale: float, n1: int, n2: int
+) -> gp.GPUArray:
     """X[k1 + n1 k2] = sum_j2 w^(j2 k1) W2^(j2 k2) sum_j1 x[j1 n2 + j2] W1^(j1 k1):
     pass A does the n2 columns of n1 points and the twiddles, pass B the n1
-    rows of n2 points, writing the transposed order."""
-    batch, n = x.shape
-    cdt = x.dtype
-    tmp = gp.empty((batch, n), cdt)
+    rows of n2 points, writing the transposed order (rows as in _c2c)."""
+    tmp = ext.empty((batch, n), cdt)
     ptw = plan.table("tw", n, cdt)
     # adjacent rows of a pass are adjacent columns where it reads / writes with stride n2 / n1
     for (m, src, dst, irows, orows, rows, tw, sc, lcols) in (
@@ -259,8 +267,8 @@ def _real_four_step(x: gp.GPUArray, n: int, cdt: np.dtype, scale: float, n1: int
     if n1 % 2:
         n1, n2 = n2, n1
     batch, h1 = x.shape[0], n1 // 2 + 1
-    tmp = gp.empty((batch, h1, n2), cdt)
-    out = gp.empty((batch, n // 2 + 1), cdt)
+    tmp = ext.empty((batch, h1, n2), cdt)
+    out = ext.empty((batch, n // 2 + 1), cdt)
     for (m, src, dst, load, store, irows, orows, rows, ptw, length, sc, lcols) in (
         (n1, x, tmp, LD_REAL, ST_C2C, (n2, n, 1, n2), (h1 * n2, 1, n2), batch * n2, plan.table("tw", n, cdt), h1, 1.0, True),
         (n2, tmp, out, LD_C2C, ST_HMIRROR, (h1, h1 * n2, n2, 1), (n // 2 + 1, 1, n1), batch * h1, None, n2, scale, False),
@@ -331,7 +339,7 @@ def transform(kind: str, a: gp.GPUArray, n: int, axis: int, scale: float) -> gp.
     out_len = n // 2 + 1 if kind == "rfft" else n
     out_dt = cdt.type(0).real.dtype if kind == "irfft" else cdt
     shape = a.shape[:axis] + (out_len,) + a.shape[axis + 1 :]
-    out = gp.empty(shape, out_dt)
+    out = ext.empty(shape, out_dt)
     if out.size == 0:
         return out
     if block_length(modes(kind, n)[1], cdt.itemsize) is not None:
@@ -361,34 +369,28 @@ def transform(kind: str, a: gp.GPUArray, n: int, axis: int, scale: float) -> gp.
     return gp.ascontiguousarray(gp.swapaxes(y.reshape(*lead, y.shape[-1]), axis, -1))
 
 
-def _as(a: gp.GPUArray, shape: tuple[int, ...], dt: np.dtype) -> gp.GPUArray:
-    """The same memory (contiguous) seen as another dtype."""
-    return gp.GPUArray._new(shape, np.dtype(dt), a._block, a._ptr, None)
-
-
 def _rows(kind: str, x: gp.GPUArray, n: int, cdt: np.dtype, scale: float) -> gp.GPUArray:
     """A transform too long for one block, over contiguous rows x (batch, in_len)."""
     batch = x.shape[0]
-    rdt = cdt.type(0).real.dtype
     if kind in ("fft", "ifft"):
         return c2c_rows(x.astype(cdt), -1 if kind == "fft" else 1, scale)
     half = n // 2
     if kind == "rfft" and n % 2 == 0 and plan.split(n) is not None:
         return _real_four_step(x, n, cdt, scale, *plan.split(n))
     if kind == "rfft" and n % 2 == 0:
-        if x._ptr % cdt.itemsize:  # the pairs are read as complex values: align them
+        if x.data_ptr % cdt.itemsize:  # the pairs are read as complex values: align them
             x = x.copy()
-        z = c2c_rows(_as(x, (batch, half), cdt), -1, 1.0)
-        out = gp.empty((batch, half + 1), cdt)
+        z = _c2c(x, batch, half, cdt, -1, 1.0, ext.empty((batch, half), cdt))
+        out = ext.empty((batch, half + 1), cdt)
         _elementwise("rfft_post", cdt, None)(_grid(batch * (half + 1)), 256, z, plan.table("rtw", half, cdt), out, batch, half, scale)
         return out
     if kind == "rfft":
         return gp.ascontiguousarray(c2c_rows(x.astype(cdt), -1, scale)[:, : half + 1])
     if n % 2 == 0:
-        z = gp.empty((batch, half), cdt)
+        z = ext.empty((batch, half), cdt)
         _elementwise("irfft_pre", cdt, None)(_grid(batch * half), 256, x, plan.table("rtw", half, cdt), z, batch, half)
-        y = c2c_rows(z, 1, scale)
-        return _as(y, (batch, n), rdt)
-    z = gp.empty((batch, n), cdt)
+        samples = ext.empty((batch, n), cdt.type(0).real.dtype)
+        return _c2c(z, batch, half, cdt, 1, scale, samples)  # the complex results' (re, im) pairs are the samples
+    z = ext.empty((batch, n), cdt)
     _elementwise("herm_expand", cdt, None)(_grid(batch * n), 256, x, z, batch, n)
     return gp.ascontiguousarray(c2c_rows(z, 1, scale).real)

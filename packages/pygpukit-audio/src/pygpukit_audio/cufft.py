@@ -12,7 +12,7 @@ routed.
 A call transforms contiguous rows along the last axis (another axis is
 swapped there and copied; irfft's input is always copied, as cuFFT's
 complex-to-real transform overwrites it). A plan is made once per (kind,
-length, rows, dtype) and kept (the 64 most recent); its work area comes
+length, rows, dtype) and kept (the 64 made last); its work area comes
 from pygpukit's pool on the call's stream, set before each execution, and
 the execution passes the scheduler's launch gate. cuFFT computes
 unnormalized transforms; ``norm`` is applied after, in place.
@@ -22,19 +22,17 @@ from __future__ import annotations
 
 import ctypes
 import threading
-from collections import OrderedDict
 from typing import Any
 
 import numpy as np
 
 import pygpukit as gp
-from pygpukit import PyGPUkitError, _nvlibs
-from pygpukit._native import launch_gate_enter as _gate_enter
-from pygpukit._native import launch_gate_exit as _gate_exit
-from pygpukit.streams import current_stream_handle
+from pygpukit import PyGPUkitError, ext
 
+from ._fft_plan import complex_dtype
 from .fft import check, fit, input_length
 
+_ENV = "PYGPUKIT_CUFFT_PATH"
 _WHEEL_LIBS = (("cu13", "lib", "libcufft.so.12"), ("cufft", "lib", "libcufft.so.11"))
 _SYSTEM_SONAMES = ("libcufft.so.12", "libcufft.so.11")
 MAX_PLANS = 64
@@ -63,7 +61,7 @@ class CufftError(PyGPUkitError, RuntimeError):
 
 def candidates() -> list[str]:
     """Paths and sonames to try, in order."""
-    return [c for c, _ in _nvlibs.candidates("PYGPUKIT_CUFFT_PATH", _WHEEL_LIBS, _SYSTEM_SONAMES)]
+    return [c for c, _ in ext.library_candidates(_ENV, _WHEEL_LIBS, _SYSTEM_SONAMES)]
 
 
 class _Lib:
@@ -71,7 +69,7 @@ class _Lib:
 
     def __init__(self) -> None:
         try:
-            self.dll, self.path = _nvlibs.load_first(candidates())
+            self.dll, self.path = ext.load_library(_ENV, _WHEEL_LIBS, _SYSTEM_SONAMES)
         except OSError as e:
             raise CufftError(f"cuFFT could not be loaded (pip install nvidia-cufft); {e}") from None
         d, vp, i32, i64 = self.dll, ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong
@@ -156,53 +154,42 @@ class _Plan:
             pass
 
 
-_plans: OrderedDict[tuple[Any, ...], _Plan] = OrderedDict()
+# (kind, n, rows, complex dtype) -> its plan; a plan dropped from the cache is destroyed
+_plans: ext.PlanCache[tuple[str, int, int, np.dtype], _Plan] = ext.PlanCache("pygpukit_audio.cufft", maxsize=MAX_PLANS)
 
 
 def _plan(kind: str, n: int, rows: int, cdt: np.dtype) -> _Plan:
     key = (kind, n, rows, cdt)
     with _lock:
         plan = _plans.get(key)
-        if plan is not None:
-            _plans.move_to_end(key)
-            return plan
-    plan = _Plan(library(), _TYPES[kind, cdt][0], n, rows)
-    with _lock:
-        _plans[key] = plan
-        while len(_plans) > MAX_PLANS:
-            _plans.popitem(last=False)
+    if plan is None:
+        plan = _Plan(library(), _TYPES[kind, cdt][0], n, rows)
+        with _lock:
+            _plans.put(key, plan)
     return plan
-
-
-def _complex(dt: np.dtype) -> np.dtype:
-    return np.dtype(np.complex128) if dt in (np.float64, np.complex128) else np.dtype(np.complex64)
 
 
 def execute(kind: str, x: gp.GPUArray, n: int) -> gp.GPUArray:
     """The unnormalized ``kind`` transform of n points of each row of the
     contiguous x (..., input_length(kind, n)); returns a new contiguous array."""
-    cdt = _complex(x.dtype)
+    cdt = complex_dtype(x.dtype)
     rows = x.size // x.shape[-1]
     out_len = n // 2 + 1 if kind == "rfft" else n
-    out_dtype = np.dtype(np.float64 if cdt == np.complex128 else np.float32) if kind == "irfft" else cdt
-    stream = current_stream_handle()
-    out = gp.GPUArray._empty((*x.shape[:-1], out_len), out_dtype, stream)
+    out_dtype = cdt.type(0).real.dtype if kind == "irfft" else cdt
+    stream = ext.current_stream()
+    out = ext.empty((*x.shape[:-1], out_len), out_dtype, stream)
     if rows == 0:
         return out
     plan = _plan(kind, n, rows, cdt)
     lib, fn_name = plan.lib, _TYPES[kind, cdt][1]
-    work = gp.GPUArray._empty((plan.work,), _UINT8, stream) if plan.work else None
+    work = ext.empty((plan.work,), _UINT8, stream) if plan.work else None
     lib.check(lib.dll.cufftSetWorkArea(plan.handle, ctypes.c_void_p(work.data_ptr if work is not None else None)), "cufftSetWorkArea")
     lib.check(lib.dll.cufftSetStream(plan.handle, ctypes.c_void_p(stream or None)), "cufftSetStream")
     args: list[Any] = [plan.handle, ctypes.c_void_p(x.data_ptr), ctypes.c_void_p(out.data_ptr)]
     if kind in ("fft", "ifft"):
         args.append(FORWARD if kind == "fft" else INVERSE)
-    # cuFFT launches outside pygpukit._native: pass the scheduler's launch gate here.
-    token = _gate_enter(stream)
-    status = int(getattr(lib.dll, fn_name)(*args))
-    if token and not status:
-        _gate_exit(stream, token)
-    lib.check(status, fn_name)
+    with ext.launch_gate(stream):  # cuFFT launches its kernels itself; a failed call is not counted
+        lib.check(int(getattr(lib.dll, fn_name)(*args)), fn_name)
     return out
 
 
@@ -214,7 +201,7 @@ def _implementation(kind: str) -> Any:
         if not last:
             x = x.swapaxes(axis, -1)
         if kind == "fft" and x.dtype.kind != "c":
-            x = x.astype(_complex(x.dtype))
+            x = x.astype(complex_dtype(x.dtype))
         if kind == "irfft" or not x.is_contiguous:
             x = x.copy()  # irfft: cuFFT's complex-to-real transform overwrites its input
         y = execute(kind, x, n)

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 import pygpukit as gp
+from pygpukit import ext
 
 from . import _dsp
 from ._errors import AudioTypeError, AudioValueError
@@ -132,7 +133,7 @@ def _filter(x: gp.GPUArray, size: int, axis: int) -> gp.GPUArray:
     if x.size == 0 or size == 1:
         return gp.ascontiguousarray(x.astype(x.dtype))
     outer, inner = math.prod(x.shape[:axis]), math.prod(x.shape[axis + 1 :])
-    y = _dsp.op("median_filter_axis")(x.reshape(outer, n, inner), size)
+    y = ext.op("median_filter_axis")(x.reshape(outer, n, inner), size)
     return y.reshape(x.shape)
 
 
@@ -178,11 +179,8 @@ def reference_median_filter_axis(x: gp.GPUArray, size: int) -> gp.GPUArray:
 
 @functools.cache
 def median_kernel(ct: str) -> Any:
-    return gp.jit(
-        _dsp.source("decompose"),
-        f"pgk_audio::median_filter_axis<{ct}>",
-        signature="const void* x, long long total, long long n, long long inner, int k, void* y",
-        name="decompose.cu",
+    return _dsp.kernel(
+        "decompose", f"pgk_audio::median_filter_axis<{ct}>", "const void* x, long long total, long long n, long long inner, int k, void* y"
     )
 
 
@@ -190,7 +188,7 @@ def kernel_median_filter_axis(x: gp.GPUArray, size: int) -> gp.GPUArray:
     _check(x, size)
     outer, n, inner = x.shape
     x = gp.ascontiguousarray(x)
-    y = gp.empty(x.shape, x.dtype)
+    y = ext.empty(x.shape, x.dtype)
     total = outer * n * inner
     median_kernel(_dsp.CTYPES[x.dtype])(-(-total // _THREADS), _THREADS, x, total, n, inner, size, y)
     return y
@@ -202,10 +200,7 @@ def _kernel_takes(x: Any, size: Any) -> bool:
 
 
 def register(registry: Any) -> None:
-    op = "median_filter_axis"
-    registry.define(op, nkey=1, doc="median of size samples along n of (outer, n, inner), scipy.ndimage's reflect mode")
-    for backend in ("cuda", "cpu"):
-        registry.register(op, reference_median_filter_axis, backend=backend, name="reference")
-    registry.register(
-        op, kernel_median_filter_axis, backend="cuda", dtypes=["float32", "float64"], priority=10, predicate=_kernel_takes, name="kernel"
-    )
+    ext.register_family(
+        registry, "median_filter_axis", nkey=1, doc="median of size samples along n of (outer, n, inner), scipy.ndimage's reflect mode",
+        reference=reference_median_filter_axis, cuda=kernel_median_filter_axis, dtypes=["float32", "float64"], predicate=_kernel_takes,
+    )  # fmt: skip

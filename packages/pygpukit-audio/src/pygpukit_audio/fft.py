@@ -21,9 +21,11 @@ from typing import Any
 import numpy as np
 
 import pygpukit as gp
+from pygpukit import ext
 
-from . import _dispatch, _fft_launch
+from . import _fft_launch
 from ._errors import AudioTypeError, AudioValueError
+from ._fft_plan import complex_dtype
 
 NORMS = ("backward", "ortho", "forward")
 KINDS = ("fft", "ifft", "rfft", "irfft")
@@ -35,24 +37,24 @@ KERNEL_DTYPES = ["float32", "float64", "complex64", "complex128"]
 
 def fft(a: Any, n: int | None = None, axis: int = -1, norm: str | None = None) -> gp.GPUArray:
     """The one-dimensional discrete Fourier transform along ``axis`` (numpy.fft.fft)."""
-    return _dispatch.op("fft")(_prepare("fft", a), n, axis, norm)
+    return ext.op("fft")(_prepare("fft", a), n, axis, norm)
 
 
 def ifft(a: Any, n: int | None = None, axis: int = -1, norm: str | None = None) -> gp.GPUArray:
     """The inverse discrete Fourier transform along ``axis`` (numpy.fft.ifft)."""
-    return _dispatch.op("ifft")(_prepare("ifft", a), n, axis, norm)
+    return ext.op("ifft")(_prepare("ifft", a), n, axis, norm)
 
 
 def rfft(a: Any, n: int | None = None, axis: int = -1, norm: str | None = None) -> gp.GPUArray:
     """The n // 2 + 1 non-negative frequency bins of a real input's DFT (numpy.fft.rfft)."""
-    return _dispatch.op("rfft")(_prepare("rfft", a), n, axis, norm)
+    return ext.op("rfft")(_prepare("rfft", a), n, axis, norm)
 
 
 def irfft(a: Any, n: int | None = None, axis: int = -1, norm: str | None = None) -> gp.GPUArray:
     """The real n-point signal whose rfft is ``a`` (numpy.fft.irfft; n defaults to
     2 * (m - 1) for m input bins; the imaginary parts of the DC and, for even n,
     Nyquist bins are ignored)."""
-    return _dispatch.op("irfft")(_prepare("irfft", a), n, axis, norm)
+    return ext.op("irfft")(_prepare("irfft", a), n, axis, norm)
 
 
 def fftfreq(n: int, d: float = 1.0) -> gp.GPUArray:
@@ -92,7 +94,7 @@ def _prepare(kind: str, a: Any) -> gp.GPUArray:
         return a
     if dt.kind not in "biuf":
         raise AudioTypeError(f"{kind}: input must be numeric, got {dt}")
-    target = np.dtype(np.float32) if dt.kind == "f" and dt.itemsize <= 4 else np.dtype(np.float64)
+    target = ext.compute_dtype(dt) if dt.kind == "f" else np.dtype(np.float64)  # integers and bool: float64, as NumPy
     if kind == "irfft":
         target = np.dtype(np.complex64 if target == np.float32 else np.complex128)
     return a if dt == target else a.astype(target)
@@ -166,8 +168,8 @@ def _shift(name: str, x: Any, axes: Any, sign: int) -> gp.GPUArray:
 
 
 def _out_dtype(kind: str, dt: np.dtype) -> np.dtype:
-    c = np.dtype(np.complex128) if dt in (np.float64, np.complex128) else np.dtype(np.complex64)
-    return np.dtype(np.float64 if c == np.complex128 else np.float32) if kind == "irfft" else c
+    c = complex_dtype(dt)
+    return c.type(0).real.dtype if kind == "irfft" else c
 
 
 def _reference(kind: str) -> Any:
@@ -202,8 +204,7 @@ def _kernel(kind: str) -> Any:
 def register(registry: Any) -> None:
     docs = {"fft": fft.__doc__, "ifft": ifft.__doc__, "rfft": rfft.__doc__, "irfft": irfft.__doc__}
     for kind in KINDS:
-        registry.define(kind, nkey=1, doc=docs[kind] or "")
-        for backend in ("cuda", "cpu"):
-            registry.register(kind, _reference(kind), backend=backend, name="reference")
         kern, takes = _kernel(kind)
-        registry.register(kind, kern, backend="cuda", dtypes=KERNEL_DTYPES, priority=10, predicate=takes, name="kernel")
+        ext.register_family(
+            registry, kind, nkey=1, doc=docs[kind] or "", reference=_reference(kind), cuda=kern, dtypes=KERNEL_DTYPES, predicate=takes
+        )

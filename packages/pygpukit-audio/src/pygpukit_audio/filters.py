@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 
 import pygpukit as gp
+from pygpukit import ext
 
 from . import _dsp
 from ._errors import AudioValueError
@@ -60,7 +61,7 @@ def sosfilt(sos: Any, x: Any, axis: int = -1, zi: Any = None) -> Any:
     axis = _dsp.axis_of("sosfilt", axis, x.ndim)
     rows, moved = _dsp.to_rows(x, axis)
     zi_rows = None if zi is None else _zi_rows(zi, coef.shape[0], x.shape, axis)
-    y, zf = _dsp.op("sosfilt_rows")(rows, coef, zi_rows, zi is not None)
+    y, zf = ext.op("sosfilt_rows")(rows, coef, zi_rows, zi is not None)
     y = _dsp.from_rows(y, moved, axis)
     if zi is None:
         return y
@@ -96,14 +97,14 @@ def sosfiltfilt(sos: Any, x: Any, axis: int = -1, padtype: str | None = "odd", p
     if n <= edge:
         raise AudioValueError(f"sosfiltfilt: the signal's length {n} along axis {axis} must be greater than padlen, which is {edge}")
     rows, moved = _dsp.to_rows(x, axis)
-    ext = _extend(rows, edge, padtype) if edge else rows
+    extended = _extend(rows, edge, padtype) if edge else rows
     zi = gp.asarray(sosfilt_zi(coef).reshape(1, -1))
-    run = _dsp.op("sosfilt_rows")
+    run = ext.op("sosfilt_rows")
 
     def scaled_zi(rows: gp.GPUArray) -> gp.GPUArray:  # the steady state of each row's first sample, (R, D)
         return gp.ascontiguousarray(rows[:, :1].astype(gp.float64) * zi)
 
-    y = run(ext, coef, scaled_zi(ext), False)[0]
+    y = run(extended, coef, scaled_zi(extended), False)[0]
     y = gp.ascontiguousarray(gp.flip(y, axis=-1))
     y = run(y, coef, scaled_zi(y), False)[0]
     y = gp.flip(y, axis=-1)
@@ -121,7 +122,7 @@ def fir_filter(b: Any, x: Any, axis: int = -1) -> gp.GPUArray:
         raise AudioValueError(f"fir_filter: b must be a non-empty 1-d array of taps, got shape {taps.shape}")
     axis = _dsp.axis_of("fir_filter", axis, x.ndim)
     rows, moved = _dsp.to_rows(x, axis)
-    return _dsp.from_rows(_dsp.op("fir_filter_rows")(rows, taps), moved, axis)
+    return _dsp.from_rows(ext.op("fir_filter_rows")(rows, taps), moved, axis)
 
 
 # -- checks and layouts ------------------------------------------------------------------
@@ -283,13 +284,10 @@ def reference_fir_filter_rows(rows: gp.GPUArray, taps: np.ndarray) -> gp.GPUArra
 # -- CUDA kernels --------------------------------------------------------------------------
 
 
-def _jit(expr: str, signature: str) -> Any:
-    return gp.jit(_dsp.source("filters"), expr, signature=signature, name="filters.cu")
-
-
 @functools.cache
 def chunk_kernel(ct: str, sections: int, apply: bool) -> Any:
-    return _jit(
+    return _dsp.kernel(
+        "filters",
         f"pgk_audio::sos_chunks<{ct}, {sections}, {'true' if apply else 'false'}>",
         "const void* x, long long xr, int n, int L, int C, const void* coef, const void* starts, const void* zi, "
         "void* ends, void* y, void* zf",
@@ -298,12 +296,14 @@ def chunk_kernel(ct: str, sections: int, apply: bool) -> Any:
 
 @functools.cache
 def scan_kernel(d: int) -> Any:
-    return _jit(f"pgk_audio::sos_scan<{d}>", "const void* ends, void* starts, const void* zi, const void* P, const void* Q, int C, int g")
+    return _dsp.kernel(
+        "filters", f"pgk_audio::sos_scan<{d}>", "const void* ends, void* starts, const void* zi, const void* P, const void* Q, int C, int g"
+    )
 
 
 @functools.cache
 def fir_kernel(ct: str) -> Any:
-    return _jit(f"pgk_audio::fir_direct<{ct}>", "const void* x, long long xr, int n, const void* b, int K, void* y")
+    return _dsp.kernel("filters", f"pgk_audio::fir_direct<{ct}>", "const void* x, long long xr, int n, const void* b, int K, void* y")
 
 
 def chunk_length(rows: int, n: int) -> int:
@@ -344,10 +344,10 @@ def kernel_sosfilt_rows(rows: gp.GPUArray, coef: np.ndarray, zi: gp.GPUArray | N
     length = chunk_length(r, n)
     chunks = -(-n // length)
     dev_coef, p, q, g = _device_tables(_flat_coef(coef).tobytes(), length, chunks)
-    y = gp.empty((r, n), rows.dtype)
-    zf = gp.empty((r, 2 * sections), gp.float64) if want_zf else None
-    ends = gp.empty((r, chunks, 2 * sections), gp.float64)
-    starts = gp.empty((r, chunks, 2 * sections), gp.float64)
+    y = ext.empty((r, n), rows.dtype)
+    zf = ext.empty((r, 2 * sections), gp.float64) if want_zf else None
+    ends = ext.empty((r, chunks, 2 * sections), gp.float64)
+    starts = ext.empty((r, chunks, 2 * sections), gp.float64)
     grid = (-(-chunks // _CHUNKS), r)
     args = (rows, n, n, length, chunks, dev_coef)
     if chunks > 1:  # one chunk per row starts from zi: no boundaries to join
@@ -360,7 +360,7 @@ def kernel_sosfilt_rows(rows: gp.GPUArray, coef: np.ndarray, zi: gp.GPUArray | N
 def kernel_fir_filter_rows(rows: gp.GPUArray, taps: np.ndarray) -> gp.GPUArray:
     r, n = rows.shape
     k = taps.size
-    y = gp.empty((r, n), rows.dtype)
+    y = ext.empty((r, n), rows.dtype)
     smem = (2 * k - 1 + _FIR_OUT) * rows.dtype.itemsize
     fir_kernel(_dsp.CTYPES[rows.dtype])(
         (-(-n // _FIR_OUT), r), _FIR_THREADS, rows, n, n, gp.asarray(taps.astype(rows.dtype)), k, y, shared_mem=smem
@@ -386,7 +386,4 @@ def register(registry: Any) -> None:
         ("fir_filter_rows", "fir_filter of contiguous (rows, n) with checked float64 taps",
          reference_fir_filter_rows, kernel_fir_filter_rows, _fir_kernel_takes),
     ):  # fmt: skip
-        registry.define(op, nkey=1, doc=doc)
-        for backend in ("cuda", "cpu"):
-            registry.register(op, ref, backend=backend, name="reference")
-        registry.register(op, kern, backend="cuda", dtypes=["float32", "float64"], priority=10, predicate=takes, name="kernel")
+        ext.register_family(registry, op, nkey=1, doc=doc, reference=ref, cuda=kern, dtypes=["float32", "float64"], predicate=takes)

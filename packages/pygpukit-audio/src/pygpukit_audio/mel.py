@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 import pygpukit as gp
+from pygpukit import ext
 
 from . import _dsp
 from ._errors import AudioTypeError, AudioValueError
@@ -198,7 +199,7 @@ def power_to_db(S: Any, ref: Any = 1.0, amin: float = 1e-10, top_db: float | Non
     mag = _magnitudes(fn, S)
     amin, top_db = _checks(fn, amin, top_db)
     ref_dev, ref_host = _ref_value(fn, ref, mag)
-    return _dsp.op("power_to_db_core")(mag, ref_dev, ref_host, amin, top_db)
+    return ext.op("power_to_db_core")(mag, ref_dev, ref_host, amin, top_db)
 
 
 def amplitude_to_db(S: Any, ref: Any = 1.0, amin: float = 1e-5, top_db: float | None = 80.0) -> gp.GPUArray:
@@ -209,7 +210,7 @@ def amplitude_to_db(S: Any, ref: Any = 1.0, amin: float = 1e-5, top_db: float | 
     ref_dev, ref_host = _ref_value(fn, ref, mag)
     power = mag * mag
     ref_dev = None if ref_dev is None else ref_dev * ref_dev
-    return _dsp.op("power_to_db_core")(power, ref_dev, ref_host * ref_host, amin * amin, top_db)
+    return ext.op("power_to_db_core")(power, ref_dev, ref_host * ref_host, amin * amin, top_db)
 
 
 def db_to_power(S_db: Any, ref: float = 1.0) -> gp.GPUArray:
@@ -237,18 +238,16 @@ def reference_power_to_db(S: gp.GPUArray, ref_dev: gp.GPUArray | None, ref_host:
 
 @functools.cache
 def db_kernel(ct: str) -> Any:
-    return gp.jit(
-        _dsp.source("mel"),
+    return _dsp.kernel(
+        "mel",
         f"pgk_audio::power_to_db<{ct}>",
-        signature="const void* s, long long n, const void* smax, const void* ref, double ref_db_host, double amin, double top_db, "
-        "int has_top, void* out",
-        name="mel.cu",
+        "const void* s, long long n, const void* smax, const void* ref, double ref_db_host, double amin, double top_db, int has_top, void* out",
     )
 
 
 def kernel_power_to_db(S: gp.GPUArray, ref_dev: gp.GPUArray | None, ref_host: float, amin: float, top_db: float | None) -> gp.GPUArray:
     s = gp.ascontiguousarray(S)
-    out = gp.empty(S.shape, S.dtype)
+    out = ext.empty(S.shape, S.dtype)
     smax = gp.max(s) if top_db is not None else None
     ref = None if ref_dev is None else gp.ascontiguousarray(ref_dev.reshape(1))
     blocks = max(1, min(_MAX_BLOCKS, -(-s.size // _THREADS)))
@@ -321,10 +320,7 @@ def mfcc_from_mel(S_db: Any, n_mfcc: int = 20, dct_type: int = 2, norm: str | No
 
 
 def register(registry: Any) -> None:
-    op = "power_to_db_core"
-    registry.define(op, nkey=1, doc="power_to_db of magnitudes with a resolved reference (the layout power_to_db passes)")
-    for backend in ("cuda", "cpu"):
-        registry.register(op, reference_power_to_db, backend=backend, name="reference")
-    registry.register(
-        op, kernel_power_to_db, backend="cuda", dtypes=["float32", "float64"], priority=10, predicate=_db_kernel_takes, name="kernel"
-    )
+    ext.register_family(
+        registry, "power_to_db_core", nkey=1, doc="power_to_db of magnitudes with a resolved reference (the layout power_to_db passes)",
+        reference=reference_power_to_db, cuda=kernel_power_to_db, dtypes=["float32", "float64"], predicate=_db_kernel_takes,
+    )  # fmt: skip

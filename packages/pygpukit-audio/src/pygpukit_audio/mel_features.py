@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 import pygpukit as gp
+from pygpukit import ext
 
 from . import _dsp, mel
 from ._errors import AudioTypeError, AudioValueError
@@ -47,7 +48,7 @@ def power_spectrogram(
     """|stft(y)|^power, (..., 1 + n_fft // 2, frames) in y's dtype (a transposed view)."""
     power = _dsp.positive("power_spectrogram", "power", power)
     D = stft(y, n_fft, hop_length, win_length, window, center, pad_mode)
-    return _dsp.op("magnitude_power")(D.swapaxes(-1, -2), power).swapaxes(-1, -2)
+    return ext.op("magnitude_power")(D.swapaxes(-1, -2), power).swapaxes(-1, -2)
 
 
 def melspectrogram(
@@ -130,18 +131,13 @@ def reference_magnitude_power(z: gp.GPUArray, power: float) -> gp.GPUArray:
 
 @functools.cache
 def power_kernel(ct: str) -> Any:
-    return gp.jit(
-        _dsp.source("spectrum"),
-        f"pgk_audio::magnitude_power<{ct}>",
-        signature="const void* z, long long n, double power, int mode, void* out",
-        name="spectrum.cu",
-    )
+    return _dsp.kernel("spectrum", f"pgk_audio::magnitude_power<{ct}>", "const void* z, long long n, double power, int mode, void* out")
 
 
 def kernel_magnitude_power(z: gp.GPUArray, power: float) -> gp.GPUArray:
     z = gp.ascontiguousarray(z)
     rdt = np.dtype(np.float32 if z.dtype == np.complex64 else np.float64)
-    out = gp.empty(z.shape, rdt)
+    out = ext.empty(z.shape, rdt)
     mode = 2 if power == 2.0 else (1 if power == 1.0 else 0)
     blocks = max(1, min(_MAX_BLOCKS, -(-z.size // _THREADS)))
     power_kernel(_dsp.CTYPES[rdt])(blocks, _THREADS, z, z.size, float(power), mode, out)
@@ -153,11 +149,7 @@ def _power_kernel_takes(z: Any, power: Any) -> bool:
 
 
 def register(registry: Any) -> None:
-    op = "magnitude_power"
-    registry.define(op, nkey=1, doc="|z|^power of a complex array (power 2 as re^2 + im^2)")
-    for backend in ("cuda", "cpu"):
-        registry.register(op, reference_magnitude_power, backend=backend, name="reference")
-    registry.register(
-        op, kernel_magnitude_power, backend="cuda", dtypes=["complex64", "complex128"], priority=10, predicate=_power_kernel_takes,
-        name="kernel",
+    ext.register_family(
+        registry, "magnitude_power", nkey=1, doc="|z|^power of a complex array (power 2 as re^2 + im^2)",
+        reference=reference_magnitude_power, cuda=kernel_magnitude_power, dtypes=["complex64", "complex128"], predicate=_power_kernel_takes,
     )  # fmt: skip

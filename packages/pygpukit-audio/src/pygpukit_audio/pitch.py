@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 import pygpukit as gp
+from pygpukit import ext
 
 from . import _dsp
 from . import fft as gfft
@@ -127,7 +128,7 @@ def pyin(
     log_trans = _log_transition(n_bins, width, switch)
     tiny = np.finfo(np.float64).tiny
     log_init = np.log(np.full(2 * n_bins, 1.0 / (2 * n_bins)) + tiny)
-    states = _dsp.op("viterbi")(gp.asarray(np.log(obs + tiny)), log_trans, gp.asarray(log_init)).to_numpy()
+    states = ext.op("viterbi")(gp.asarray(np.log(obs + tiny)), log_trans, gp.asarray(log_init)).to_numpy()
     freqs = fmin * 2 ** (np.arange(n_bins) / (12 * per_semitone))
     f0 = freqs[states % n_bins]
     voiced = states < n_bins
@@ -374,11 +375,10 @@ def reference_viterbi(log_prob: gp.GPUArray, log_trans: gp.GPUArray, log_init: g
 
 @functools.cache
 def viterbi_kernel() -> Any:
-    return gp.jit(
-        _dsp.source("pitch"),
+    return _dsp.kernel(
+        "pitch",
         "pgk_audio::viterbi_decode",
-        signature="const void* log_prob, const void* log_trans, const void* log_init, int n_steps, int n_states, void* ptr, void* states",
-        name="pitch.cu",
+        "const void* log_prob, const void* log_trans, const void* log_init, int n_steps, int n_states, void* ptr, void* states",
     )
 
 
@@ -386,8 +386,8 @@ def kernel_viterbi(log_prob: gp.GPUArray, log_trans: gp.GPUArray, log_init: gp.G
     _check_viterbi(log_prob, log_trans, log_init)
     n_seq, n_steps, n_states = log_prob.shape
     log_prob, log_trans = gp.ascontiguousarray(log_prob), gp.ascontiguousarray(log_trans)
-    ptr = gp.empty((n_seq, n_steps, n_states), gp.int32)
-    states = gp.empty((n_seq, n_steps), gp.int32)
+    ptr = ext.empty((n_seq, n_steps, n_states), gp.int32)
+    states = ext.empty((n_seq, n_steps), gp.int32)
     viterbi_kernel()(n_seq, _VITERBI_THREADS, log_prob, log_trans, log_init, n_steps, n_states, ptr, states, shared_mem=16 * n_states)
     return states
 
@@ -399,8 +399,7 @@ def _viterbi_takes(log_prob: Any, log_trans: Any, log_init: Any) -> bool:
 
 
 def register(registry: Any) -> None:
-    op = "viterbi"
-    registry.define(op, nkey=1, doc="Viterbi paths (sequences, steps) of float64 log probabilities (sequences, steps, states)")
-    for backend in ("cuda", "cpu"):
-        registry.register(op, reference_viterbi, backend=backend, name="reference")
-    registry.register(op, kernel_viterbi, backend="cuda", dtypes=["float64"], priority=10, predicate=_viterbi_takes, name="kernel")
+    ext.register_family(
+        registry, "viterbi", nkey=1, doc="Viterbi paths (sequences, steps) of float64 log probabilities (sequences, steps, states)",
+        reference=reference_viterbi, cuda=kernel_viterbi, dtypes=["float64"], predicate=_viterbi_takes,
+    )  # fmt: skip

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 import pygpukit as gp
+from pygpukit import ext
 
 from . import _dsp
 from ._errors import AudioTypeError, AudioValueError
@@ -64,7 +65,7 @@ def resample_poly(
     if padtype != "constant" and rows.size:
         background = _background(rows, padtype)
         rows = rows - background
-    y = _dsp.op("resample_poly_rows")(rows, polyphase_table(h, up), up, down, half, nout, fill)
+    y = ext.op("resample_poly_rows")(rows, polyphase_table(h, up), up, down, half, nout, fill)
     if background is not None:
         y = y + background
     return _dsp.from_rows(y, moved, axis)
@@ -174,18 +175,16 @@ def reference_resample_poly_rows(
 
 @functools.cache
 def polyphase_kernel(ct: str) -> Any:
-    return gp.jit(
-        _dsp.source("resample"),
+    return _dsp.kernel(
+        "resample",
         f"pgk_audio::resample_polyphase<{ct}>",
-        signature=f"const void* x, long long xr, int n, const void* table, int ntaps, int up, int down, int half, {ct} cval, "
-        "int nout, void* y",
-        name="resample.cu",
+        f"const void* x, long long xr, int n, const void* table, int ntaps, int up, int down, int half, {ct} cval, int nout, void* y",
     )
 
 
 def kernel_resample_poly_rows(rows: gp.GPUArray, table: np.ndarray, up: int, down: int, half: int, nout: int, cval: float) -> gp.GPUArray:
     r, n = rows.shape
-    y = gp.empty((r, nout), rows.dtype)
+    y = ext.empty((r, nout), rows.dtype)
     tab = gp.asarray(np.ascontiguousarray(table))
     polyphase_kernel(_dsp.CTYPES[rows.dtype])(
         (-(-nout // _THREADS), r), _THREADS, rows, n, n, tab, table.shape[0], up, down, half, cval, nout, y
@@ -200,10 +199,8 @@ def _kernel_takes(rows: Any, table: Any, up: Any, down: Any, half: Any, nout: in
 
 
 def register(registry: Any) -> None:
-    op = "resample_poly_rows"
-    registry.define(op, nkey=1, doc="resample_poly of contiguous (rows, n) with its polyphase table (the layout resample_poly passes)")
-    for backend in ("cuda", "cpu"):
-        registry.register(op, reference_resample_poly_rows, backend=backend, name="reference")
-    registry.register(
-        op, kernel_resample_poly_rows, backend="cuda", dtypes=["float32", "float64"], priority=10, predicate=_kernel_takes, name="kernel"
-    )
+    ext.register_family(
+        registry, "resample_poly_rows", nkey=1,
+        doc="resample_poly of contiguous (rows, n) with its polyphase table (the layout resample_poly passes)",
+        reference=reference_resample_poly_rows, cuda=kernel_resample_poly_rows, dtypes=["float32", "float64"], predicate=_kernel_takes,
+    )  # fmt: skip

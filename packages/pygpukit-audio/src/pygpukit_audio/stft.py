@@ -33,14 +33,14 @@ from __future__ import annotations
 
 import functools
 import math
-import os
 from typing import Any
 
 import numpy as np
 
 import pygpukit as gp
+from pygpukit import ext
 
-from . import _dispatch, _fft_launch
+from . import _fft_launch
 from . import _fft_plan as plan
 from ._errors import AudioTypeError, AudioValueError
 from .windows import get_window
@@ -81,7 +81,7 @@ def stft(
             f"stft: n_fft={n_fft} is longer than the signal ({length} samples) with center=False; pad it or use center=True"
         )
     scale = n_fft**-0.5 if normalized else 1.0
-    s = _dispatch.op("stft")(y, n_fft, hop, device_window(win, y.dtype), bool(onesided), scale, zeros)
+    s = ext.op("stft")(y, n_fft, hop, device_window(win, y.dtype), bool(onesided), scale, zeros)
     return s if return_complex else gp.stack([s.real, s.imag], axis=-1)
 
 
@@ -121,7 +121,7 @@ def istft(
     if torch_compat:
         _check_nola(win, hop, frames, pad, out_len)
     scale = n_fft**-0.5 if normalized else 1.0 / n_fft
-    return _dispatch.op("istft")(s, n_fft, hop, device_window(win, s.dtype.type(0).real.dtype), pad, out_len, scale)
+    return ext.op("istft")(s, n_fft, hop, device_window(win, s.dtype.type(0).real.dtype), pad, out_len, scale)
 
 
 # -- checks and shared steps ---------------------------------------------------------
@@ -140,8 +140,9 @@ def signal(op: str, y: Any, empty: bool = False) -> gp.GPUArray:
         y = gp.asarray(np.asarray(y))
     if y.dtype.kind != "f":
         raise AudioTypeError(f"{op}: the signal must be floating point (float32 or float64), got {y.dtype}")
-    if y.dtype.itemsize < 4:
-        y = y.astype(np.float32)
+    cdt = ext.compute_dtype(y.dtype)
+    if y.dtype != cdt:
+        y = y.astype(cdt)
     if y.ndim == 0 or (y.shape[-1] == 0 and not empty):
         raise AudioValueError(f"{op}: the signal must have shape (..., samples) with at least one sample, got {y.shape}")
     if y.size and not bool(gp.all(gp.isfinite(y))):
@@ -271,7 +272,7 @@ def kernel_stft(y: gp.GPUArray, n_fft: int, hop: int, win: gp.GPUArray, onesided
     cdt = plan.complex_dtype(y.dtype)
     bins = n_fft // 2 + 1 if onesided else n_fft
     kind = "rfft" if onesided else "fft"
-    out = gp.empty((*lead, frames, bins), cdt)
+    out = ext.empty((*lead, frames, bins), cdt)
     if out.size == 0:
         return out.swapaxes(-1, -2)
     irows, orows = (frames, length, hop, 1), (frames, frames * bins, bins, 1)
@@ -334,9 +335,8 @@ _OLA_SIG = (
 
 @functools.cache
 def _ola_kernel(rdt: np.dtype) -> Any:
-    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels", "stft.cu")) as f:
-        src = f.read()
-    return gp.jit(src, f"pgk_stft::overlap_add<{'float' if rdt == np.float32 else 'double'}>", signature=_OLA_SIG, name="stft.cu")
+    ctype = "float" if rdt == np.float32 else "double"
+    return ext.Kernel(ext.kernel_source(__name__, "stft"), f"pgk_stft::overlap_add<{ctype}>", signature=_OLA_SIG, name="stft.cu")
 
 
 def kernel_istft(s: gp.GPUArray, n_fft: int, hop: int, win: gp.GPUArray, offset: int, out_len: int, scale: float) -> gp.GPUArray:
@@ -345,10 +345,10 @@ def kernel_istft(s: gp.GPUArray, n_fft: int, hop: int, win: gp.GPUArray, offset:
     rdt = cdt.type(0).real.dtype
     lead, nb = s.shape[:-2], s.shape[-1]
     rows = math.prod(lead)
-    out = gp.empty((*lead, out_len), rdt)
+    out = ext.empty((*lead, out_len), rdt)
     if out.size == 0:
         return out
-    frames = gp.empty((*lead, nb, n_fft), rdt)
+    frames = ext.empty((*lead, nb, n_fft), rdt)
     g = _fft_launch.groups(s, s.ndim - 2)
     if g is None:
         s = gp.ascontiguousarray(s)
@@ -375,12 +375,10 @@ def _takes_istft(s: Any, n_fft: Any, *args: Any) -> bool:
 
 
 def register(registry: Any) -> None:
-    registry.define("stft", nkey=1, doc="frames of a padded signal (..., L) times a window, transformed: (..., bins, frames)")
-    registry.define("istft", nkey=1, doc="inverse transform of each frame, windowed overlap-add over a range of output samples")
-    for op, ref, kern, takes, dts in (
-        ("stft", reference_stft, kernel_stft, _takes_stft, ["float32", "float64"]),
-        ("istft", reference_istft, kernel_istft, _takes_istft, ["complex64", "complex128"]),
-    ):
-        for backend in ("cuda", "cpu"):
-            registry.register(op, ref, backend=backend, name="reference")
-        registry.register(op, kern, backend="cuda", dtypes=dts, priority=10, predicate=takes, name="kernel")
+    for op, doc, ref, kern, takes, dts in (
+        ("stft", "frames of a padded signal (..., L) times a window, transformed: (..., bins, frames)",
+         reference_stft, kernel_stft, _takes_stft, ["float32", "float64"]),
+        ("istft", "inverse transform of each frame, windowed overlap-add over a range of output samples",
+         reference_istft, kernel_istft, _takes_istft, ["complex64", "complex128"]),
+    ):  # fmt: skip
+        ext.register_family(registry, op, nkey=1, doc=doc, reference=ref, cuda=kern, dtypes=dts, predicate=takes)

@@ -26,8 +26,8 @@ from typing import Any
 import numpy as np
 
 import pygpukit as gp
+from pygpukit import ext
 
-from . import _dispatch
 from . import _fft_plan as plan
 from ._errors import AudioValueError
 from .stft import device_window, frame_params, pad_mode_of, pad_signal, signal, spectrogram
@@ -113,7 +113,7 @@ class StreamingSTFT:
             seg = pad_signal(buf, lw, rw, self.mode)[..., a - self._start + lw : b - self._start + lw]
         else:
             seg = buf[..., a - self._start : b - self._start]
-        out = _dispatch.op("stft")(seg, self.n_fft, self.hop, device_window(self._win, buf.dtype), self.onesided, self._scale, 0)
+        out = ext.op("stft")(seg, self.n_fft, self.hop, device_window(self._win, buf.dtype), self.onesided, self._scale, 0)
         self._next += count
         keep = max(0, min(self._next * self.hop - self._pad, self._received - (self._pad + 1)))
         if keep > self._start:
@@ -194,6 +194,6 @@ class StreamingISTFT:
         if n == 0:
             return gp.empty((*spec.shape[:-2], 0), rdt)
         win = device_window(self._win, rdt)
-        out = _dispatch.op("istft")(spec, self.n_fft, self.hop, win, self._emitted - self._first * self.hop, n, self._scale)
+        out = ext.op("istft")(spec, self.n_fft, self.hop, win, self._emitted - self._first * self.hop, n, self._scale)
         self._emitted += n
         return out

@@ -15,9 +15,11 @@ from typing import Any
 import numpy as np
 
 import pygpukit as gp
+from pygpukit.benchmark import peers
+from pygpukit.benchmark.harness import Recorder, median_time_ms
 
-from . import peers
-from .harness import Recorder, median_time_ms
+from .. import filters
+from .. import resampling as resample
 
 # scipy.signal.butter(6, 0.1, output="sos"), fixed here so that scipy is optional
 SOS = np.array(
@@ -55,12 +57,6 @@ def _time_on_device(fn: Any, host: np.ndarray, timer: Any, warm: int, reps: int)
 
 
 def bench_audio_dsp(rec: Recorder, quick: bool) -> None:
-    try:
-        from pygpukit_audio import filters
-        from pygpukit_audio import resampling as resample
-    except ImportError:
-        print("  audio_dsp: pygpukit-audio is not installed; skipped")
-        return
     gpu = gp.backend() == "cuda"
     batch, seconds = (16, 10 if quick else 60) if gpu else (2, 1)
     warm, reps = ((2, 5) if quick else (3, 20)) if gpu else (1, 3)

@@ -20,8 +20,14 @@ from typing import Any
 import numpy as np
 
 import pygpukit as gp
+from pygpukit.benchmark import peers
+from pygpukit.benchmark.harness import Recorder, median_time_ms
 
-from .harness import Recorder, median_time_ms
+from .. import cufft
+from .. import fft as gfft
+from ..mel import mel_filters
+from ..mel_features import melspectrogram
+from ..stft import stft
 
 N_FFT, HOP, N_MELS, SR = 1024, 256, 80, 16000
 
@@ -50,45 +56,51 @@ def _cases(name: str, mod: Any, rffts: list[np.ndarray], y: np.ndarray) -> dict[
     mel_case = f"mel{N_MELS}_{y.shape[0]}x{y.shape[1]}_n{N_FFT}_h{HOP}"
     mel: Callable[[], object] | None
     if name == "pygpukit":
-        import pygpukit_audio as audio
-
-        fft: Any = audio.fft
         args: list[Any] = [gp.from_numpy(x) for x in rffts]
         gy = gp.from_numpy(y)
-        rfft, stft = (lambda a: fft.rfft(a)), (lambda: audio.stft(gy, N_FFT, HOP))
-        mel = lambda: audio.melspectrogram(gy, sr=SR, n_fft=N_FFT, hop_length=HOP, n_mels=N_MELS)
+        rfft, spec = gfft.rfft, (lambda: stft(gy, N_FFT, HOP))
+        mel = lambda: melspectrogram(gy, sr=SR, n_fft=N_FFT, hop_length=HOP, n_mels=N_MELS)
     elif name == "torch":
         args = [mod.from_numpy(x).cuda() for x in rffts]
         ty, tw = mod.from_numpy(y).cuda(), mod.from_numpy(win).cuda()
         rfft = lambda a: mod.fft.rfft(a)
-        stft = lambda: mod.stft(ty, N_FFT, HOP, window=tw, center=True, pad_mode="constant", return_complex=True)
+        spec = lambda: mod.stft(ty, N_FFT, HOP, window=tw, center=True, pad_mode="constant", return_complex=True)
         transform = _torchaudio_mel()
         mel = None if transform is None else (lambda: transform(ty))
-    elif name == "numpy":
-        import pygpukit_audio as audio
-
-        basis = audio.mel_filters(SR, N_FFT, N_MELS).to_numpy()
-        args, rfft, stft = list(rffts), np.fft.rfft, (lambda: _numpy_stft(y, win))
+    else:  # numpy
+        basis = mel_filters(SR, N_FFT, N_MELS).to_numpy()
+        args, rfft, spec = list(rffts), np.fft.rfft, (lambda: _numpy_stft(y, win))
         mel = lambda: np.abs(_numpy_stft(y, win)) ** 2 @ basis.T
-    else:
-        return {}  # CuPy's cuFFT is the same library torch calls
     calls: dict[str, Callable[[], object]] = {}
     for x, a in zip(rffts, args):
         calls[f"rfft_f32_{x.shape[0]}x{x.shape[1]}"] = functools.partial(rfft, a)
-    calls[stft_case] = stft
+    calls[stft_case] = spec
     if mel is not None:
         calls[mel_case] = mel
     return calls
 
 
-def bench_audio_fft(rec: Recorder, quick: bool) -> None:
-    from .core import _free, _impls
+def _impls() -> list[tuple[str, Any, Any]]:
+    """(name, timer, module): pygpukit, then torch on the GPU (CuPy's cuFFT is
+    the library torch calls) or NumPy on the CPU backend."""
+    if gp.backend() != "cuda":
+        return [("pygpukit", peers.host_timer(), gp), ("numpy", peers.host_timer(), np)]
+    out: list[tuple[str, Any, Any]] = [("pygpukit", peers.gp_timer(), gp)]
+    torch = peers.torch_cuda()
+    if torch is not None:
+        out.append(("torch", peers.torch_timer(torch), torch))
+    return out
 
-    try:
-        import pygpukit_audio  # noqa: F401
-    except ImportError:
-        print("  audio_fft: pygpukit-audio is not installed; skipped")
-        return
+
+def _free(name: str, mod: Any) -> None:
+    """Give an implementation's cached device memory back before the next one runs."""
+    if name == "pygpukit":
+        gp.memory.empty_cache()
+    elif name == "torch":
+        mod.cuda.empty_cache()
+
+
+def bench_audio_fft(rec: Recorder, quick: bool) -> None:
     gpu = gp.backend() == "cuda"
     total = (1 << (22 if quick else 24)) if gpu else 1 << 16
     sizes = (256, 1024, 4096, 16384, 65536) if gpu else (256, 4096)
@@ -97,7 +109,7 @@ def bench_audio_fft(rec: Recorder, quick: bool) -> None:
     rng = np.random.default_rng(11)
     rffts = [rng.standard_normal((total // n, n), dtype=np.float32) for n in sizes]
     y = rng.standard_normal((signals, 16000 * seconds), dtype=np.float32)
-    for name, timer, mod in _impls(quick):
+    for name, timer, mod in _impls():
         for case, fn in _cases(name, mod, rffts, y).items():
             rec.add(case, name, "ms", median_time_ms(fn, timer, warm, reps), False)
         _free(name, mod)
@@ -107,10 +119,6 @@ def bench_audio_fft(rec: Recorder, quick: bool) -> None:
 
 def _cufft_rffts(rec: Recorder, rffts: list[np.ndarray], warm: int, reps: int) -> None:
     """The rfft cases routed to audio:cufft, when cuFFT loads here."""
-    from pygpukit_audio import cufft, fft
-
-    from .peers import gp_timer
-
     if not cufft.available():
         print("  audio_fft: cuFFT could not be loaded; the pygpukit-cufft rows are left out")
         return
@@ -118,7 +126,7 @@ def _cufft_rffts(rec: Recorder, rffts: list[np.ndarray], warm: int, reps: int) -
         for x in rffts:
             a = gp.from_numpy(x)
             try:
-                ms = median_time_ms(functools.partial(fft.rfft, a), gp_timer(), warm, reps)
+                ms = median_time_ms(functools.partial(gfft.rfft, a), peers.gp_timer(), warm, reps)
             except cufft.CufftError as e:  # a library that loads but cannot run here: say so, keep the other rows
                 print(f"  audio_fft: cuFFT failed ({e}); the pygpukit-cufft rows are left out")
                 return
