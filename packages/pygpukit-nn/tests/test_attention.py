@@ -260,7 +260,6 @@ def test_kernels_compile_for_sm80_and_sm90(need_nvrtc):
         kern = A._kernel(*case)
         for sm in (80, 90):
             assert kern.compile(sm).image[:4] == b"\x7fELF", (case, sm)
-    assert A._PARAMS.format == kern._packer._struct.format  # the planned launch packs what the signature says
 
 
 def test_wgmma_kernels_compile_for_sm90a(need_nvrtc):
@@ -271,7 +270,6 @@ def test_wgmma_kernels_compile_for_sm90a(need_nvrtc):
                 kern = A._kernel(d, cfg, ct)
                 assert kern.arch_suffix == "a"
                 assert kern.compile(90).image[:4] == b"\x7fELF", (d, cfg, ct)
-                assert A._PARAMS.format == kern._packer._struct.format
 
 
 # -- the kernel (GPU) --------------------------------------------------------------
@@ -399,24 +397,35 @@ def test_kernel_matches_torch(rng):
         assert rel_err(got, ref) < 1e-2, (sq, sk, hq, hkv)
 
 
+_planned: set = set()  # (d, config, ctype) of each kernel a plan was made for, while a wgmma config is forced
+
+
 @pytest.fixture(params=A.WGMMA_CONFIGS, ids=lambda c: c.name)
 def wgmma_forced(request, monkeypatch):
     """Each wgmma kernel forced in turn (SM 90 only); yields its config."""
-    from pygpukit import _runtime
+    from pygpukit import ext
 
-    if _runtime.get().sm != 90:
+    if ext.device().sm != 90:
         pytest.skip("the wgmma kernels run on SM 90 only")
     monkeypatch.setenv("PYGPUKIT_ATTN_CONFIG", request.param.name)
+    kernel = A._kernel
+
+    def recorded(d, cfg, ctype):
+        _planned.add((d, cfg, ctype))
+        return kernel(d, cfg, ctype)
+
+    monkeypatch.setattr(A, "_kernel", recorded)
     A.choose.cache_clear()
     A._plans.clear()
+    _planned.clear()
     yield request.param
     A.choose.cache_clear()
     A._plans.clear()
 
 
 def _used(cfg, d, dtype):
-    """Whether the last planned launches ran cfg's kernel for head_dim d."""
-    return A._function(d, cfg, A._CTYPES[np.dtype(dtype)]) in {plan[0] for plan in A._plans.values()}
+    """Whether the launches planned since the config was forced ran cfg's kernel for head_dim d."""
+    return (d, cfg, A._CTYPES[np.dtype(dtype)]) in _planned
 
 
 @pytest.mark.gpu

@@ -4,13 +4,16 @@ boundaries), gather / keys_values, reset, block allocation, capacity errors
 (nothing written), the fp8 scales and rounding; NVRTC compilation of the
 kernels anywhere, and the kernels themselves on the GPU."""
 
+import struct
+
 import ml_dtypes
 import numpy as np
 import pytest
 from nn_testing import rand
 
 import pygpukit as gp
-from pygpukit_nn import kv_cache
+from pygpukit.jit.signature import find_signature
+from pygpukit_nn import kv_cache, kv_kernels
 from pygpukit_nn.kv_cache import KVCache, PagedKVCache
 
 F8 = np.dtype(gp.float8_e4m3fn)
@@ -330,19 +333,40 @@ def test_errors(rng):
                          gp.zeros((1, 2), gp.int32), None, None, 1, None)  # fmt: skip
 
 
+def test_launch_params_match_signatures():
+    """The launches' arguments pack (by the signatures the kernels are built
+    with) to the bytes of kv_cache.cu's parameter lists (P a pointer, q long
+    long, i int, in struct's native layout), and those signatures agree with
+    the parameter lists in the source."""
+    cases = [
+        (kv_kernels._append_kernel("pgk::bfloat16", "pgk::float8_e4m3", True, False), "@PP6q7P6i",
+         (0x1000, 0x2000, 1, 2, 3, 4, 5, 6, 0x3000, 0x4000, 0x5000, 0x6000, 0x7000, 0x8000, 0x9000, 7, 8, 128, 9, 4, 10)),
+        (kv_kernels._advance_kernel(), "@PPii", (0x1000, 0x2000, 300, 2)),
+        (kv_kernels._append_rope_kernel("float", True, False), "@3P9q2P2q3i5P7i",
+         (0x1000, 0x2000, 0x3000, *range(1, 10), 0x4000, 0x5000, 10, 11, 1, 64, 4096, 0x6000, 0x7000, 0x8000, 0x9000, 0xA000,
+          1, 32, 8, 128, 0, 4, 16)),
+        (kv_kernels._gather_kernel("pgk::float8_e4m3", "pgk::bfloat16", False), "@8P7i",
+         (0x1000, 0x2000, 0x3000, 0x4000, 0x5000, 0, 0x6000, 0x7000, 2, 8, 128, 300, 320, 0, 0)),
+    ]  # fmt: skip
+    for kern, fmt, args in cases:
+        assert kern._packer.pack(args) == struct.pack(fmt, *args), kern.func
+        declared = find_signature(kern.source, kern.func.partition("<")[0].rpartition("::")[2])  # pointers agree as pointers
+        assert [(p.code, p.pointer or p.ctype) for p in kern.params] == [(p.code, p.pointer or p.ctype) for p in declared], kern.func
+
+
 def test_kernels_compile_for_sm80_and_sm90(need_nvrtc):
     kernels = [
-        kv_cache._append_kernel("pgk::bfloat16", "pgk::bfloat16", False, True),
-        kv_cache._append_kernel("float", "pgk::float8_e4m3", True, False),
-        kv_cache._append_kernel("pgk::half", "pgk::float8_e4m3", False, True),
-        kv_cache._append_kernel("float", "float", True, True),
-        kv_cache._advance_kernel(),
-        kv_cache._gather_kernel("pgk::float8_e4m3", "pgk::bfloat16", True),
-        kv_cache._gather_kernel("pgk::half", "pgk::half", False),
-        kv_cache._gather_kernel("float", "float", True),
-        kv_cache._append_rope_kernel("pgk::bfloat16", False, False),
-        kv_cache._append_rope_kernel("pgk::half", True, True),
-        kv_cache._append_rope_kernel("float", True, False),
+        kv_kernels._append_kernel("pgk::bfloat16", "pgk::bfloat16", False, True),
+        kv_kernels._append_kernel("float", "pgk::float8_e4m3", True, False),
+        kv_kernels._append_kernel("pgk::half", "pgk::float8_e4m3", False, True),
+        kv_kernels._append_kernel("float", "float", True, True),
+        kv_kernels._advance_kernel(),
+        kv_kernels._gather_kernel("pgk::float8_e4m3", "pgk::bfloat16", True),
+        kv_kernels._gather_kernel("pgk::half", "pgk::half", False),
+        kv_kernels._gather_kernel("float", "float", True),
+        kv_kernels._append_rope_kernel("pgk::bfloat16", False, False),
+        kv_kernels._append_rope_kernel("pgk::half", True, True),
+        kv_kernels._append_rope_kernel("float", True, False),
     ]
     for kern in kernels:
         for sm in (80, 90):

@@ -4,11 +4,14 @@ assignments, round trips) and moe_forward against a dense NumPy MoE; the
 reference everywhere, the kernels on the GPU (and against PyTorch there),
 NVRTC compilation of the kernels anywhere."""
 
+import struct
+
 import numpy as np
 import pytest
 from nn_testing import rand, rel_err
 
 import pygpukit as gp
+from pygpukit.jit.signature import find_signature
 from pygpukit_nn import moe
 
 DTYPES = [gp.float32, gp.float16, gp.bfloat16]
@@ -237,18 +240,23 @@ def test_tiles():
 
 
 def test_launch_params_match_signatures():
-    """The structs the launches pack give the bytes the kernels' signatures describe."""
+    """The launches' arguments pack (by the signatures the kernels are built
+    with) to the bytes of moe.cu's parameter lists (P a pointer, q long long,
+    i int, in struct's native layout), and those signatures agree with the
+    parameter lists in the source."""
     cases = [
-        (moe._router_kernel("float", 1, 0, True), moe._ROUTER, (0x1000, 33, 77, 8, 2, 0x2000, 0x3000)),
-        (moe._count_kernel("int"), moe._COUNT, (0x1000, 5000, 8, 512, 0x2000)),
-        (moe._scan_kernel(), moe._SCAN, (0x1000, 7, 8, 0x2000)),
-        (moe._rank_kernel("int"), moe._RANK, (0x1000, 5000, 8, 512, 0x2000, 0x3000)),
-        (moe._gather_kernel("float", 4), moe._GATHER, (0x1000, 40, 0x2000, 2, 12, 0x3000)),
-        (moe._invert_kernel(), moe._INVERT, (0x1000, 99, 0x2000)),
-        (moe._combine_kernel("float", 4), moe._COMBINE, (0x1000, 40, 0x2000, 0x3000, 2, 99, 12, 0x4000)),
+        (moe._router_kernel("float", 1, 0, True), "@PqqiiPP", (0x1000, 33, 77, 8, 2, 0x2000, 0x3000)),
+        (moe._count_kernel("int"), "@PqiqP", (0x1000, 5000, 8, 512, 0x2000)),
+        (moe._scan_kernel(), "@PiiP", (0x1000, 7, 8, 0x2000)),
+        (moe._rank_kernel("int"), "@PqiqPP", (0x1000, 5000, 8, 512, 0x2000, 0x3000)),
+        (moe._gather_kernel("float", 4), "@PqPiiP", (0x1000, 40, 0x2000, 2, 12, 0x3000)),
+        (moe._invert_kernel(), "@PqP", (0x1000, 99, 0x2000)),
+        (moe._combine_kernel("float", 4), "@PqPPiqiP", (0x1000, 40, 0x2000, 0x3000, 2, 99, 12, 0x4000)),
     ]
-    for kern, packer, args in cases:
-        assert kern._packer.pack(args) == packer.pack(*args), kern.func
+    for kern, fmt, args in cases:
+        assert kern._packer.pack(args) == struct.pack(fmt, *args), kern.func
+        declared = find_signature(kern.source, kern.func.partition("<")[0].rpartition("::")[2])  # pointers agree as pointers
+        assert [(p.code, p.pointer or p.ctype) for p in kern.params] == [(p.code, p.pointer or p.ctype) for p in declared], kern.func
 
 
 def test_kernels_compile(need_nvrtc):

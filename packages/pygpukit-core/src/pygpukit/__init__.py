@@ -475,7 +475,11 @@ __all__ = [
 def __getattr__(name: str) -> object:
     """``gp.nn``, ``gp.fft``...: modules that installed plugins register as
     namespaces (``pygpukit_register_namespaces``), imported on first use."""
-    if name.startswith("__"):
+    import importlib.util
+
+    if name.startswith("__") or importlib.util.find_spec(f"{__name__}.{name}") is not None:
+        # a submodule not imported yet (``from pygpukit import ext``): the import system
+        # loads it after this AttributeError, without loading the plugins first
         raise AttributeError(f"module 'pygpukit' has no attribute {name!r}")
     from .registry import REGISTRY
 

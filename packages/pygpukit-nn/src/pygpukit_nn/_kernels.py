@@ -1,16 +1,8 @@
-"""What the package's kernels share on the host: their CUDA sources (package
-data, read once) and the (rows, n) layout with a row stride that the row
-kernels take."""
+"""The (rows, n) layout with a row stride that the package's row kernels take."""
 
 from __future__ import annotations
 
 import pygpukit as gp
-from pygpukit import ext
-
-
-def source(name: str) -> str:
-    """The text of kernels/<name>.cu."""
-    return ext.kernel_source(__name__, name)
 
 
 def rows_of(a: gp.GPUArray) -> tuple[gp.GPUArray, int]:

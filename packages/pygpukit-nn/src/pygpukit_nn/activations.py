@@ -18,20 +18,18 @@ gives NaN there; zeros are what attention with an empty row wants).
 from __future__ import annotations
 
 import functools
-import struct
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 import pygpukit as gp
-from pygpukit import _runtime
-from pygpukit.streams import current_stream_handle
+from pygpukit import ext
 
-from . import _dispatch, _kernels
+from ._kernels import rows_of
+from .checks import FLOATS, check_approximate, check_float, halves
 
-FLOATS = (np.dtype(gp.float16), np.dtype(gp.bfloat16), np.dtype(gp.float32), np.dtype(gp.float64))
 _CTYPES = {np.dtype(gp.bfloat16): "pgk::bfloat16", np.dtype(gp.float16): "pgk::half", np.dtype(gp.float32): "float"}
-_GELU = {"none": "pgk::Gelu", "tanh": "pgk::GeluTanh"}
 THREADS = 256  # threads per block of the gated / squared-ReLU kernel
 UNROLL = 2  # 16-byte vectors per thread per operand: 4 loads in flight at 48 registers (4 took 80: 3 blocks per SM)
 FAST_SILU = True  # SiLU of 16-bit outputs by ex2/rcp.approx (kernels/activations.cu: SiluFast)
@@ -42,7 +40,7 @@ FAST_SILU = True  # SiLU of 16-bit outputs by ex2/rcp.approx (kernels/activation
 
 def gelu(x: gp.GPUArray, approximate: str = "none") -> gp.GPUArray:
     """GELU, exact (``approximate="none"``) or the tanh form (``"tanh"``), as torch."""
-    return _dispatch.op("gelu")(x, approximate)
+    return ext.op("gelu")(x, approximate)
 
 
 def silu(x: gp.GPUArray) -> gp.GPUArray:
@@ -57,18 +55,18 @@ def relu(x: gp.GPUArray) -> gp.GPUArray:
 
 def relu_squared(x: gp.GPUArray) -> gp.GPUArray:
     """``relu(x) ** 2`` (Primer, Nemotron) in one pass."""
-    return _dispatch.op("relu_squared")(x)
+    return ext.op("relu_squared")(x)
 
 
 def swiglu(x: gp.GPUArray, up: gp.GPUArray | None = None) -> gp.GPUArray:
     """``silu(gate) * up``: ``x`` is [gate, up] along the last axis (returns half
     its width), or the gate with ``up`` given separately."""
-    return _dispatch.op("swiglu")(x, up)
+    return ext.op("swiglu")(x, up)
 
 
 def geglu(x: gp.GPUArray, up: gp.GPUArray | None = None, approximate: str = "none") -> gp.GPUArray:
     """``gelu(gate) * up`` (``approximate`` as in ``gelu``); layouts as ``swiglu``."""
-    return _dispatch.op("geglu")(x, up, approximate)
+    return ext.op("geglu")(x, up, approximate)
 
 
 def softmax(x: gp.GPUArray, axis: int = -1, mask: gp.GPUArray | None = None) -> gp.GPUArray:
@@ -86,7 +84,7 @@ def log_softmax(x: gp.GPUArray, axis: int = -1, mask: gp.GPUArray | None = None)
 
 def _masked(x: Any, axis: int, mask: Any, log: bool) -> gp.GPUArray:
     op = "log_softmax" if log else "softmax"
-    _check_float(op, "x", x)
+    check_float(op, "x", x)
     if not isinstance(mask, gp.GPUArray):
         raise TypeError(f"{op}: mask must be a GPUArray or None, got {type(mask).__name__}")
     try:
@@ -109,65 +107,36 @@ def _masked(x: Any, axis: int, mask: Any, log: bool) -> gp.GPUArray:
 # -- gated activations -----------------------------------------------------------------
 
 
-def _check_float(op: str, name: str, a: Any) -> None:
-    if not isinstance(a, gp.GPUArray):
-        raise TypeError(f"{op}: {name} must be a GPUArray, got {type(a).__name__}")
-    if a.dtype not in FLOATS:
-        raise TypeError(f"{op}: {name} must be float16, bfloat16, float32 or float64, got {a.dtype}")
-
-
-def _halves(op: str, x: Any, up: Any) -> tuple[gp.GPUArray, gp.GPUArray]:
-    """(gate, up) views of the arguments, checked."""
-    _check_float(op, "x", x)
-    if x.ndim == 0:
-        raise ValueError(f"{op}: x must have at least one axis")
-    if up is None:
-        if x.shape[-1] % 2:
-            raise ValueError(f"{op}: x holds [gate, up] along its last axis, which must be even, got {x.shape[-1]}")
-        h = x.shape[-1] // 2
-        return x[..., :h], x[..., h:]
-    _check_float(op, "up", up)
-    if up.shape != x.shape or up.dtype != x.dtype:
-        raise ValueError(f"{op}: up must match the gate's shape {x.shape} and dtype {x.dtype}, got {up.shape} {up.dtype}")
-    return x, up
-
-
-def _check_approximate(approximate: Any, op: str = "geglu") -> str:
-    if approximate not in _GELU:
-        raise ValueError(f"{op}: approximate must be 'none' or 'tanh', got {approximate!r}")
-    return _GELU[approximate]
-
-
 def elementwise_gelu(x: Any, approximate: str = "none") -> gp.GPUArray:
     """gelu through core's elementwise ufuncs (a kernel on the GPU, NumPy on the CPU)."""
-    fn = gp.gelu if _check_approximate(approximate, "gelu") == "pgk::Gelu" else gp.gelu_tanh
+    fn = gp.gelu if check_approximate(approximate, "gelu") == "pgk::Gelu" else gp.gelu_tanh
     return fn(x)
 
 
 def reference_swiglu(x: Any, up: Any = None) -> gp.GPUArray:
-    g, u = _halves("swiglu", x, up)
-    cdt = gp.float64 if x.dtype == np.float64 else gp.float32
+    g, u = halves("swiglu", x, up)
+    cdt = ext.compute_dtype(x.dtype)
     return (gp.silu(g.astype(cdt)) * u.astype(cdt)).astype(x.dtype)
 
 
 def reference_geglu(x: Any, up: Any = None, approximate: str = "none") -> gp.GPUArray:
-    fn = gp.gelu if _check_approximate(approximate) == "pgk::Gelu" else gp.gelu_tanh
-    g, u = _halves("geglu", x, up)
-    cdt = gp.float64 if x.dtype == np.float64 else gp.float32
+    fn = gp.gelu if check_approximate(approximate) == "pgk::Gelu" else gp.gelu_tanh
+    g, u = halves("geglu", x, up)
+    cdt = ext.compute_dtype(x.dtype)
     return (fn(g.astype(cdt)) * u.astype(cdt)).astype(x.dtype)
 
 
 def reference_relu_squared(x: Any) -> gp.GPUArray:
-    _check_float("relu_squared", "x", x)
-    cdt = gp.float64 if x.dtype == np.float64 else gp.float32
+    check_float("relu_squared", "x", x)
+    cdt = ext.compute_dtype(x.dtype)
     r = gp.relu(x.astype(cdt))
     return (r * r).astype(x.dtype)
 
 
 @functools.cache
 def _kernel(ct: str, act: str, gated: bool, vec: int) -> Any:
-    return gp.jit(
-        _kernels.source("activations"),
+    return ext.Kernel(
+        ext.kernel_source(__name__, "activations"),
         f"pgk::act_rows<{ct}, {act}, {'true' if gated else 'false'}, {vec}, {UNROLL}, {THREADS}>",
         signature="const void* g, long long gs, const void* u, long long us, void* y, long long rows, int n, int tiles",
         name="activations.cu",
@@ -184,53 +153,63 @@ def block_shape(nvec: int) -> tuple[int, int, int]:
     return bx, THREADS // bx, -(-nvec // (bx * UNROLL))
 
 
-_PARAMS = struct.Struct("@PqPqPqii")
-_plans: dict[tuple, tuple[Any, bool, int, int, int, int]] = {}  # call signature -> (function, dependent, vec, block x, y, tiles)
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """A planned act_rows launch, ``tiles`` blocks per row."""
+
+    launch: ext.Launch
+    tiles: int
+
+
+# (act, dtype, row length, rows, row strides and alignments of g and u) -> the
+# launch, for the views rows_of gives: repeated shapes skip the planning.
+_plans: ext.PlanCache[tuple, _Plan] = ext.PlanCache("pygpukit_nn.activations")
 
 
 def _run(act: str, g: Any, u: Any) -> gp.GPUArray:
     """act(g) (* u) over rows of g's last axis, into a new contiguous array."""
-    gv, gs = _kernels.rows_of(g)
-    uv, us = _kernels.rows_of(u) if u is not None else (None, 0)
+    gv, gs = rows_of(g)
+    uv, us = rows_of(u) if u is not None else (None, 0)
     dt, n = g.dtype, g.shape[-1]
-    key = (act, dt, n, gs & 7, gv.data_ptr & 15, us & 7, 0 if uv is None else uv.data_ptr & 15)
+    rows = g.size // n
+    key = (act, dt, n, rows, gs & 7, gv.data_ptr & 15, us & 7, 0 if uv is None else uv.data_ptr & 15)
     plan = _plans.get(key)
     if plan is None:
-        vec = 16 // dt.itemsize
-        while vec > 1 and not (
-            n % vec == 0 and gs % vec == 0 and gv.data_ptr % (vec * dt.itemsize) == 0
-            and (uv is None or (us % vec == 0 and uv.data_ptr % (vec * dt.itemsize) == 0))
-        ):  # fmt: skip
-            vec //= 2
-        if FAST_SILU and act == "pgk::Silu" and dt.itemsize == 2:
-            act = "pgk::SiluFast"
-        kern, rt = _kernel(_CTYPES[dt], act, uv is not None, vec), _runtime.get()
-        plan = _plans[key] = (kern._function(rt), kern.dependent(rt), vec, *block_shape(n // vec))
-    fn, dep, vec, bx, by, tiles = plan
-    stream = current_stream_handle()
-    y = gp.GPUArray._empty(g.shape, dt, stream)
-    rows = g.size // n
-    blocks = -(-rows // by) * tiles
-    if blocks >= 2**31:
-        raise ValueError(f"{act}: {rows} rows of {n} are too many for one launch")
-    params = _PARAMS.pack(gv.data_ptr, gs, 0 if uv is None else uv.data_ptr, us, y.data_ptr, rows, n, tiles)
-    _runtime.get().native.launch(fn, blocks, 1, 1, bx, by, 1, 0, stream, params, dep)
+        plan = _plans.put(key, _plan(act, dt, n, rows, gs, gv, us, uv))
+    y = ext.empty(g.shape, dt)
+    plan.launch(gv, gs, uv, us, y, rows, n, plan.tiles)
     return y
 
 
+def _plan(act: str, dt: np.dtype, n: int, rows: int, gs: int, gv: Any, us: int, uv: Any) -> _Plan:
+    vec = 16 // dt.itemsize
+    while vec > 1 and not (
+        n % vec == 0 and gs % vec == 0 and gv.data_ptr % (vec * dt.itemsize) == 0
+        and (uv is None or (us % vec == 0 and uv.data_ptr % (vec * dt.itemsize) == 0))
+    ):  # fmt: skip
+        vec //= 2
+    if FAST_SILU and act == "pgk::Silu" and dt.itemsize == 2:
+        act = "pgk::SiluFast"
+    bx, by, tiles = block_shape(n // vec)
+    blocks = -(-rows // by) * tiles
+    if blocks >= 2**31:
+        raise ValueError(f"{act}: {rows} rows of {n} are too many for one launch")
+    return _Plan(_kernel(_CTYPES[dt], act, uv is not None, vec).launcher(blocks, (bx, by)), tiles)
+
+
 def kernel_swiglu(x: Any, up: Any = None) -> gp.GPUArray:
-    g, u = _halves("swiglu", x, up)
+    g, u = halves("swiglu", x, up)
     return _run("pgk::Silu", g, u)
 
 
 def kernel_geglu(x: Any, up: Any = None, approximate: str = "none") -> gp.GPUArray:
-    act = _check_approximate(approximate)
-    g, u = _halves("geglu", x, up)
+    act = check_approximate(approximate)
+    g, u = halves("geglu", x, up)
     return _run(act, g, u)
 
 
 def kernel_relu_squared(x: Any) -> gp.GPUArray:
-    _check_float("relu_squared", "x", x)
+    check_float("relu_squared", "x", x)
     return _run("pgk::ReluSquared", x, None)
 
 
@@ -240,15 +219,14 @@ def _kernel_takes(x: Any, *rest: Any) -> bool:
 
 
 def register(registry: Any) -> None:
-    registry.define("gelu", nkey=1, doc=gelu.__doc__ or "")
-    for backend in ("cuda", "cpu"):
-        registry.register("gelu", elementwise_gelu, backend=backend, name="elementwise")
-    for op, nkey, ref, kern in (
-        ("relu_squared", 1, reference_relu_squared, kernel_relu_squared),
-        ("swiglu", 1, reference_swiglu, kernel_swiglu),
-        ("geglu", 1, reference_geglu, kernel_geglu),
+    # gelu's definition is core's elementwise gelu / gelu_tanh, on every backend
+    ext.register_family(registry, "gelu", nkey=1, doc=gelu.__doc__ or "", reference=elementwise_gelu)
+    for op, ref, kern in (
+        ("relu_squared", reference_relu_squared, kernel_relu_squared),
+        ("swiglu", reference_swiglu, kernel_swiglu),
+        ("geglu", reference_geglu, kernel_geglu),
     ):
-        registry.define(op, nkey=nkey, doc=globals()[op].__doc__ or "")
-        for backend in ("cuda", "cpu"):
-            registry.register(op, ref, backend=backend, name="reference")
-        registry.register(op, kern, backend="cuda", dtypes=list(_CTYPES), min_sm=80, priority=10, predicate=_kernel_takes, name="kernel")
+        ext.register_family(
+            registry, op, nkey=1, doc=globals()[op].__doc__ or "", reference=ref, cuda=kern, dtypes=list(_CTYPES), min_sm=80,
+            predicate=_kernel_takes,
+        )  # fmt: skip

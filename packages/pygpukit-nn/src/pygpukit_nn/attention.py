@@ -37,23 +37,19 @@ from __future__ import annotations
 import functools
 import math
 import os
-import struct
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
 import pygpukit as gp
-from pygpukit import _runtime
-from pygpukit.streams import current_stream_handle
+from pygpukit import ext
 
-from . import _dispatch, _kernels
+from .checks import AttentionArgs, check_attention
 
-FLOATS = (np.dtype(gp.float16), np.dtype(gp.bfloat16), np.dtype(gp.float32), np.dtype(gp.float64))
 HALF = (np.dtype(gp.bfloat16), np.dtype(gp.float16))
 _CTYPES = {np.dtype(gp.bfloat16): "pgk::bfloat16", np.dtype(gp.float16): "pgk::half"}
 HEAD_DIMS = (32, 64, 80, 96, 128)  # head dims the kernel is instantiated for
-LAYOUTS = ("bhsd", "bshd")
 REF_SCORES = 1 << 24  # scores (B * Hq * queries * Sk) per block of the reference
 _LOG2E = 1.4426950408889634
 
@@ -92,99 +88,13 @@ def scaled_dot_product_attention(
     b has only its first kv_lens[b] keys (clamped to [0, Sk]). A query that
     sees no key gets zeros.
     """
-    return _dispatch.op("sdpa")(q, k, v, mask, causal, scale, window, kv_lens, layout)
-
-
-# -- checks --------------------------------------------------------------------------
-
-
-class _Args(NamedTuple):
-    """Checked arguments, with q, k and v as (B, H, S, D) views."""
-
-    q: gp.GPUArray
-    k: gp.GPUArray
-    v: gp.GPUArray
-    mask: gp.GPUArray | None  # 4-d, broadcastable to (B, Hq, Sq, Sk)
-    scale: float
-    left: int | None  # None: no limit
-    right: int | None  # None: no limit; causal folds in as right <= 0
-    kv_lens: gp.GPUArray | None
-    bshd: bool
-
-
-def _window_side(side: Any, which: str) -> int | None:
-    if side is None:
-        return None
-    if isinstance(side, bool) or not isinstance(side, (int, np.integer)):
-        raise TypeError(f"sdpa: window {which} must be an int or None, got {type(side).__name__}")
-    if side < -1:
-        raise ValueError(f"sdpa: window {which} must be >= 0, or -1 / None for no limit, got {side}")
-    return None if side == -1 else int(side)
-
-
-def _check(q: Any, k: Any, v: Any, mask: Any, causal: Any, scale: Any, window: Any, kv_lens: Any, layout: Any) -> _Args:
-    """Every check of the op, shared by the reference and the kernel."""
-    for name, a in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(a, gp.GPUArray):
-            raise TypeError(f"sdpa: {name} must be a GPUArray, got {type(a).__name__}")
-        if a.dtype not in FLOATS:
-            raise TypeError(f"sdpa: {name} must be float16, bfloat16, float32 or float64, got {a.dtype}")
-        if a.ndim != 4:
-            raise ValueError(f"sdpa: {name} must be 4-d ({'B, S, H, D' if layout == 'bshd' else 'B, H, S, D'}), got shape {a.shape}")
-    if k.dtype != q.dtype or v.dtype != q.dtype:
-        raise TypeError(f"sdpa: q, k and v must have one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
-    if layout not in LAYOUTS:
-        raise ValueError(f"sdpa: layout must be 'bhsd' or 'bshd', got {layout!r}")
-    bshd = layout == "bshd"
-    if bshd:
-        q, k, v = q.swapaxes(1, 2), k.swapaxes(1, 2), v.swapaxes(1, 2)
-    (b, hq, sq, d), (bk, hkv, sk, dk), (bv, hv, sv, dv) = q.shape, k.shape, v.shape
-    if (bk, hkv, sk) != (bv, hv, sv):
-        raise ValueError(f"sdpa: k and v must agree in batch, heads and keys, got k {k.shape} and v {v.shape} (as B, H, S, D)")
-    if bk != b:
-        raise ValueError(f"sdpa: q and k must have the same batch size, got {b} and {bk}")
-    if dk != d or d < 1 or dv < 1:
-        raise ValueError(f"sdpa: k's head_dim must equal q's ({d}) and both be >= 1, got {dk} (v's: {dv})")
-    if hkv < 1 or hq % hkv:
-        raise ValueError(f"sdpa: q's {hq} heads must be a multiple of k/v's {hkv} heads (GQA), got mismatched heads")
-    if not isinstance(causal, (bool, np.bool_)):
-        raise TypeError(f"sdpa: causal must be a bool, got {type(causal).__name__}")
-    if scale is None:
-        scale = 1.0 / math.sqrt(d)
-    elif isinstance(scale, bool) or not isinstance(scale, (int, float, np.integer, np.floating)) or not math.isfinite(scale):
-        raise ValueError(f"sdpa: scale must be a finite number or None, got {scale!r}")
-    left = right = None
-    if window is not None:
-        if not isinstance(window, (tuple, list)) or len(window) != 2:
-            raise TypeError(f"sdpa: window must be a (left, right) pair or None, got {window!r}")
-        left, right = _window_side(window[0], "left"), _window_side(window[1], "right")
-    if causal:
-        right = 0 if right is None else min(right, 0)
-    if kv_lens is not None:
-        if not isinstance(kv_lens, gp.GPUArray) or kv_lens.dtype.kind not in "iu":
-            raise TypeError(f"sdpa: kv_lens must be a GPUArray of integers, got {getattr(kv_lens, 'dtype', type(kv_lens).__name__)}")
-        if kv_lens.shape != (b,):
-            raise ValueError(f"sdpa: kv_lens must have shape ({b},) (one length per sequence), got {kv_lens.shape}")
-    if mask is not None:
-        mask = _check_mask(mask, (b, hq, sq, sk))
-    return _Args(q, k, v, mask, float(scale), left, right, kv_lens, bshd)
-
-
-def _check_mask(mask: Any, target: tuple[int, int, int, int]) -> gp.GPUArray:
-    if not isinstance(mask, gp.GPUArray):
-        raise TypeError(f"sdpa: mask must be a GPUArray or None, got {type(mask).__name__}")
-    if mask.dtype != np.bool_ and mask.dtype not in FLOATS:
-        raise TypeError(f"sdpa: mask must be boolean (True = attend) or float (added to the scores), got {mask.dtype}")
-    shape = (1,) * (4 - mask.ndim) + mask.shape
-    if mask.ndim > 4 or any(m not in (1, t) for m, t in zip(shape, target)):
-        raise ValueError(f"sdpa: mask of shape {mask.shape} does not broadcast to (B, Hq, Sq, Sk) = {target}")
-    return mask.reshape(shape)
+    return ext.op("sdpa")(q, k, v, mask, causal, scale, window, kv_lens, layout)
 
 
 # -- reference (any backend, any float dtype) -----------------------------------------
 
 
-def _bshd_out(out: gp.GPUArray, a: _Args) -> gp.GPUArray:
+def _bshd_out(out: gp.GPUArray, a: AttentionArgs) -> gp.GPUArray:
     return gp.ascontiguousarray(out.swapaxes(1, 2)) if a.bshd else out
 
 
@@ -192,7 +102,7 @@ def reference(q: Any, k: Any, v: Any, mask: Any = None, causal: Any = False, sca
               kv_lens: Any = None, layout: Any = "bhsd") -> gp.GPUArray:  # fmt: skip
     """Exact attention: scores and softmax in float32 (float64 for float64),
     a block of queries at a time (about REF_SCORES scores each)."""
-    a = _check(q, k, v, mask, causal, scale, window, kv_lens, layout)
+    a = check_attention(q, k, v, mask, causal, scale, window, kv_lens, layout)
     q, k, v = a.q, a.k, a.v
     b, hq, sq, d = q.shape
     hkv, sk, dv = k.shape[1], k.shape[2], v.shape[3]
@@ -200,7 +110,7 @@ def reference(q: Any, k: Any, v: Any, mask: Any = None, causal: Any = False, sca
     out = gp.zeros((b, hq, sq, dv), q.dtype)
     if out.size == 0 or sk == 0:
         return _bshd_out(out, a)
-    cdt = gp.float64 if q.dtype == np.float64 else gp.float32
+    cdt = ext.compute_dtype(q.dtype)
     kt = gp.ascontiguousarray(k.astype(cdt).swapaxes(-1, -2))  # (B, Hkv, D, Sk)
     vv = v.astype(cdt)
     cols = gp.arange(sk).reshape(1, sk)
@@ -357,42 +267,32 @@ _SIGNATURE = (
     "long long qb, long long qh, int qs, long long kb, long long kh, int ks, long long vb, long long vh, int vs, "
     "long long ob, long long oh, int os, float scale_log2, int left, int right"
 )
-_PARAMS = struct.Struct("@PPPPPiiiiqqiqqiqqiqqifii")  # _SIGNATURE in the CUDA ABI layout
 
 
 @functools.cache
 def _kernel(d: int, cfg: Config, ctype: str) -> Any:
     if cfg.ws:  # sm_90a: runs on SM 90 only
-        return gp.jit(
-            _kernels.source("flash_attn_wgmma"),
+        return ext.Kernel(
+            ext.kernel_source(__name__, "flash_attn_wgmma"),
             f"pgk::attn::flash_fwd_ws<{d}, {cfg.bn}, {cfg.ring(d)}, {ctype}>",
             signature=_SIGNATURE,
             name="flash_attn_wgmma.cu",
             arch_suffix="a",
         )
     if cfg.wgmma:  # sm_90a too
-        return gp.jit(
-            _kernels.source("flash_attn_wgmma"),
+        return ext.Kernel(
+            ext.kernel_source(__name__, "flash_attn_wgmma"),
             f"pgk::attn::flash_fwd_wgmma<{d}, {cfg.warps // 4}, {cfg.bn}, {ctype}>",
             signature=_SIGNATURE,
             name="flash_attn_wgmma.cu",
             arch_suffix="a",
         )
-    return gp.jit(
-        _kernels.source("flash_attn"),
+    return ext.Kernel(
+        ext.kernel_source(__name__, "flash_attn"),
         f"pgk::attn::flash_fwd<{d}, {cfg.mt}, {cfg.warps}, {cfg.bn}, {ctype}>",
         signature=_SIGNATURE,
         name="flash_attn.cu",
     )
-
-
-@functools.cache
-def _function(d: int, cfg: Config, ctype: str) -> int:
-    """The CUfunction, allowed the dynamic shared memory it needs (> 48 KiB)."""
-    rt = _runtime.get()
-    fn = _kernel(d, cfg, ctype)._function(rt)
-    rt.native.function_set_max_dynamic_shared_memory(fn, cfg.smem(d))
-    return fn
 
 
 def _strides(x: gp.GPUArray) -> tuple[int, ...]:
@@ -410,25 +310,30 @@ def _operand(x: gp.GPUArray) -> gp.GPUArray:
     return gp.ascontiguousarray(x)
 
 
-# Launches planned by call signature: (function, grid, threads, shared bytes,
-# output shape, the scalar parameters). Only calls that needed no copy are
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """A planned flash_fwd launch, its output's shape and the kernel's scalar arguments."""
+
+    launch: ext.Launch
+    out_shape: tuple[int, ...]
+    scalars: tuple[int | float, ...]
+
+
+# Launches planned by call signature. Only calls that needed no copy are
 # planned, so a hit launches straight away.
-_plans: dict[tuple, tuple[int, int, int, int, int, tuple[int, ...], tuple]] = {}
+_plans: ext.PlanCache[tuple, _Plan] = ext.PlanCache("pygpukit_nn.attention")
 
 
-def _launch(plan: tuple, q: Any, k: Any, v: Any, kv_lens: Any) -> gp.GPUArray:
-    fn, gx, gy, threads, smem, out_shape, scalars = plan
-    stream = current_stream_handle()
-    out = gp.GPUArray._empty(out_shape, q._dtype, stream)
-    params = _PARAMS.pack(q._ptr, k._ptr, v._ptr, out._ptr, 0 if kv_lens is None else kv_lens._ptr, *scalars)
-    _runtime.get().native.launch(fn, gx, gy, 1, threads, 1, 1, smem, stream, params)
+def _launch(plan: _Plan, q: Any, k: Any, v: Any, kv_lens: Any) -> gp.GPUArray:
+    out = ext.empty(plan.out_shape, q.dtype)
+    plan.launch(q, k, v, out, kv_lens, *plan.scalars)
     return out
 
 
 def _plan_key(q: Any, k: Any, v: Any, causal: Any, scale: Any, window: Any, kv_lens: Any, layout: Any) -> tuple:
-    lens = None if kv_lens is None else (kv_lens._shape, kv_lens._strides, kv_lens._dtype)
-    return (q._shape, q._strides, q._dtype, q._ptr % 16, k._shape, k._strides, k._ptr % 16, v._shape, v._strides,
-            v._ptr % 16, k._dtype, v._dtype, causal, scale, None if window is None else tuple(window), lens, layout)  # fmt: skip
+    """What a plan depends on; kv_lens's address does not matter (align 1)."""
+    return (ext.layout_key(q), ext.layout_key(k), ext.layout_key(v), causal, scale, None if window is None else tuple(window),
+            ext.layout_key(kv_lens, 1), layout)  # fmt: skip
 
 
 def kernel(q: Any, k: Any, v: Any, mask: Any = None, causal: Any = False, scale: Any = None, window: Any = None,
@@ -443,18 +348,18 @@ def kernel(q: Any, k: Any, v: Any, mask: Any = None, causal: Any = False, scale:
         return _launch(plan, q, k, v, kv_lens)
     if not kernel_applies(q, k, v, mask, causal, scale, window, kv_lens, layout):  # called directly, or routed here
         return reference(q, k, v, mask, causal, scale, window, kv_lens, layout)
-    a = _check(q, k, v, mask, causal, scale, window, kv_lens, layout)
+    a = check_attention(q, k, v, mask, causal, scale, window, kv_lens, layout)
     b, hq, sq, d = a.q.shape
     hkv, sk = a.k.shape[1], a.k.shape[2]
     out_shape = (b, sq, hq, d) if a.bshd else (b, hq, sq, d)
     if b * hq * sq == 0 or sk == 0:
         return gp.zeros(out_shape, q.dtype)
-    rt = _runtime.get()
+    dev = ext.device()
     unbounded = sq + sk  # beyond any query-key distance; keeps the kernel's sums in int range
     left = unbounded if a.left is None else min(a.left, unbounded)
     right = unbounded if a.right is None else min(a.right, unbounded)
-    props = rt.props
-    cfg = choose(d, b * hq, sq, sk, left, right, props["multiprocessor_count"], props["max_shared_memory_per_block_optin"], rt.sm == 90)
+    smem_optin = dev.properties["max_shared_memory_per_block_optin"]
+    cfg = choose(d, b * hq, sq, sk, left, right, dev.multiprocessor_count, smem_optin, dev.sm == 90)
     if cfg is None or -(-sq // cfg.bm) > 65535 or 2 * unbounded + cfg.bm >= 2**31:  # the grid's y limit, int positions
         return reference(q, k, v, mask, causal, scale, window, kv_lens, layout)
     tiles = -(-sq // cfg.bm)
@@ -465,9 +370,10 @@ def kernel(q: Any, k: Any, v: Any, mask: Any = None, causal: Any = False, scale:
     ob, os_, oh = (sq * hq * d, hq * d, d) if a.bshd else (hq * sq * d, d, sq * d)
     (qb, qh, qs), (kb, kh, ks), (vb, vh, vs) = (_strides(x)[:3] for x in (qv, kv, vv))
     scalars = (hq, hq // hkv, sq, sk, qb, qh, qs, kb, kh, ks, vb, vh, vs, ob, oh, os_, a.scale * _LOG2E, left, right)
-    plan = (_function(d, cfg, _CTYPES[q.dtype]), b * hq, tiles, cfg.threads, cfg.smem(d), out_shape, scalars)
+    launch = _kernel(d, cfg, _CTYPES[q.dtype]).launcher((b * hq, tiles), cfg.threads, cfg.smem(d))
+    plan = _Plan(launch, out_shape, scalars)
     if key is not None and qv is a.q and kv is a.k and vv is a.v and lens is a.kv_lens:
-        _plans[key] = plan
+        _plans.put(key, plan)
     return _launch(plan, qv, kv, vv, lens)
 
 
@@ -489,8 +395,7 @@ def kernel_applies(q: Any, k: Any, v: Any, mask: Any = None, causal: Any = False
 
 
 def register(registry: Any) -> None:
-    registry.define("sdpa", nkey=3, doc=OP_DOC)
-    for backend in ("cuda", "cpu"):
-        registry.register("sdpa", reference, backend=backend, name="reference")
-    registry.register("sdpa", kernel, backend="cuda", dtypes=["float16", "bfloat16"], min_sm=80, priority=10,
-                      predicate=kernel_applies, name="kernel")  # fmt: skip
+    ext.register_family(
+        registry, "sdpa", nkey=3, doc=OP_DOC, reference=reference, cuda=kernel, dtypes=["float16", "bfloat16"], min_sm=80,
+        predicate=kernel_applies,
+    )  # fmt: skip

@@ -32,19 +32,16 @@ from __future__ import annotations
 
 import functools
 import operator
-import struct
 from typing import Any
 
 import numpy as np
 
 import pygpukit as gp
-from pygpukit import _runtime
-from pygpukit.streams import current_stream_handle
+from pygpukit import ext
 
-from . import _dispatch, _kernels
-from ._checks import INT32_MAX, integer
+from ._kernels import rows_of
+from .checks import INT32_MAX, check_float, integer
 
-FLOATS = (np.dtype(gp.float16), np.dtype(gp.bfloat16), np.dtype(gp.float32), np.dtype(gp.float64))
 KERNEL_DTYPES = ["float32", "float16", "bfloat16"]
 _CTYPES = {np.dtype(gp.bfloat16): "pgk::bfloat16", np.dtype(gp.float16): "pgk::half", np.dtype(gp.float32): "float"}
 THREADS = 256  # kConvThreads
@@ -66,14 +63,14 @@ def conv1d(
     """1-d convolution (cross-correlation) as ``torch.nn.functional.conv1d``: x (N, C_in, L)
     or (C_in, L), weight (C_out, C_in / groups, K), bias (C_out,) or None; ``padding`` an int,
     "valid" or "same"."""
-    return _dispatch.op("conv1d")(x, weight, bias, stride, padding, dilation, groups)
+    return ext.op("conv1d")(x, weight, bias, stride, padding, dilation, groups)
 
 
 def avg_pool1d(
     x: gp.GPUArray, kernel_size: int, stride: int | None = None, padding: int = 0, ceil_mode: bool = False, count_include_pad: bool = True
 ) -> gp.GPUArray:
     """Average over windows of ``kernel_size`` along the last axis of (N, C, L) or (C, L), as torch's."""
-    return _dispatch.op("avg_pool1d")(x, kernel_size, stride, padding, ceil_mode, count_include_pad)
+    return ext.op("avg_pool1d")(x, kernel_size, stride, padding, ceil_mode, count_include_pad)
 
 
 def max_pool1d(
@@ -87,23 +84,16 @@ def max_pool1d(
 ) -> gp.GPUArray | tuple[gp.GPUArray, gp.GPUArray]:
     """Maximum over windows along the last axis of (N, C, L) or (C, L), as torch's; with
     ``return_indices`` also the int64 positions of the maxima (the first one, or the first NaN)."""
-    return _dispatch.op("max_pool1d")(x, kernel_size, stride, padding, dilation, ceil_mode, return_indices)
+    return ext.op("max_pool1d")(x, kernel_size, stride, padding, dilation, ceil_mode, return_indices)
 
 
 def adaptive_avg_pool1d(x: gp.GPUArray, output_size: int) -> gp.GPUArray:
     """Average over ``output_size`` windows covering the last axis of (N, C, L) or (C, L):
     window l is [floor(l * L / out), ceil((l + 1) * L / out)), as torch's."""
-    return _dispatch.op("adaptive_avg_pool1d")(x, output_size)
+    return ext.op("adaptive_avg_pool1d")(x, output_size)
 
 
 # -- checks --------------------------------------------------------------------------
-
-
-def _check_float(op: str, name: str, a: Any) -> None:
-    if not isinstance(a, gp.GPUArray):
-        raise TypeError(f"{op}: {name} must be a GPUArray, got {type(a).__name__}")
-    if a.dtype not in FLOATS:
-        raise TypeError(f"{op}: {name} must be float16, bfloat16, float32 or float64, got {a.dtype}")
 
 
 def _bool(op: str, name: str, v: Any) -> bool:
@@ -113,7 +103,7 @@ def _bool(op: str, name: str, v: Any) -> bool:
 
 
 def _input(op: str, x: Any) -> None:
-    _check_float(op, "x", x)
+    check_float(op, "x", x)
     if x.ndim not in (2, 3) or x.shape[-1] == 0 or x.shape[-2] == 0:
         raise ValueError(f"{op}: x must be (N, C, L) or (C, L) with C, L >= 1, got shape {x.shape}")
     if x.shape[-1] > INT32_MAX // 2:
@@ -126,11 +116,11 @@ class Conv:
     def __init__(self, x: Any, weight: Any, bias: Any, stride: Any, padding: Any, dilation: Any, groups: Any) -> None:
         op = "conv1d"
         _input(op, x)
-        _check_float(op, "weight", weight)
+        check_float(op, "weight", weight)
         if weight.dtype != x.dtype:
             raise TypeError(f"conv1d: weight must have x's dtype {x.dtype}, got {weight.dtype}")
         if bias is not None:
-            _check_float(op, "bias", bias)
+            check_float(op, "bias", bias)
             if bias.dtype != x.dtype:
                 raise TypeError(f"conv1d: bias must have x's dtype {x.dtype}, got {bias.dtype}")
         self.s = integer(op, "stride", stride, 1)
@@ -208,10 +198,6 @@ def _check_adaptive(x: Any, output_size: Any) -> int:
 # -- references (any backend, any float dtype) -----------------------------------------
 
 
-def _compute_dtype(dt: np.dtype) -> Any:
-    return gp.float64 if dt == np.float64 else gp.float32
-
-
 def _windows(xp: gp.GPUArray, k: int, start: int, d: int, s: int, lout: int) -> list[gp.GPUArray]:
     """The k strided views xp[..., start + j * d :: s] of lout elements each."""
     span = s * (lout - 1) + 1
@@ -222,7 +208,7 @@ def reference_conv1d(
     x: Any, weight: Any, bias: Any = None, stride: Any = 1, padding: Any = 0, dilation: Any = 1, groups: Any = 1
 ) -> gp.GPUArray:
     c = Conv(x, weight, bias, stride, padding, dilation, groups)
-    cdt = _compute_dtype(x.dtype)
+    cdt = ext.compute_dtype(x.dtype)
     if c.n == 0:
         return c.finish(gp.zeros((0, c.cout, c.lout), x.dtype))
     xp = gp.pad(c.x.astype(cdt), ((0, 0), (0, 0), (c.left, c.right)))
@@ -254,7 +240,7 @@ def reference_avg_pool1d(
 ) -> gp.GPUArray:
     p = Pool("avg_pool1d", x, kernel_size, stride, padding, 1, ceil_mode)
     include = _bool("avg_pool1d", "count_include_pad", count_include_pad)
-    cdt = _compute_dtype(x.dtype)
+    cdt = ext.compute_dtype(x.dtype)
     if x.size == 0:
         return gp.zeros(p.out_shape(), x.dtype)
     xp = gp.pad(x.astype(cdt), ((0, 0),) * (x.ndim - 1) + ((p.p, _right_pad(p)),))
@@ -270,7 +256,7 @@ def reference_max_pool1d(
     if x.size == 0:
         out = gp.zeros(p.out_shape(), x.dtype)
         return (out, gp.zeros(p.out_shape(), gp.int64)) if want else out
-    cdt = _compute_dtype(x.dtype)
+    cdt = ext.compute_dtype(x.dtype)
     xp = gp.pad(x.astype(cdt), ((0, 0),) * (x.ndim - 1) + ((p.p, _right_pad(p)),), constant_values=-np.inf)
     win = gp.stack(_windows(xp, p.k, 0, p.d, p.s, p.lout), axis=-1)  # (..., L_out, K)
     m = gp.max(win, axis=-1)
@@ -287,7 +273,7 @@ def reference_max_pool1d(
 def reference_adaptive_avg_pool1d(x: Any, output_size: Any) -> gp.GPUArray:
     out = _check_adaptive(x, output_size)
     length = x.shape[-1]
-    cdt = _compute_dtype(x.dtype)
+    cdt = ext.compute_dtype(x.dtype)
     starts = np.arange(out) * length // out
     ends = -(-(np.arange(out) + 1) * length // out)
     cols = np.arange(length)[:, None]
@@ -299,7 +285,7 @@ def reference_adaptive_avg_pool1d(x: Any, output_size: Any) -> gp.GPUArray:
 
 
 def _jit(expr: str, signature: str) -> Any:
-    return gp.jit(_kernels.source("conv"), expr, signature=signature, name="conv.cu")
+    return ext.Kernel(ext.kernel_source(__name__, "conv"), expr, signature=signature, name="conv.cu")
 
 
 @functools.cache
@@ -327,14 +313,10 @@ def _pool_kernel(ct: str, mode: int) -> Any:
     )
 
 
-_IM2COL = struct.Struct("@PqqiiiiiiiP")
-_DEPTHWISE = struct.Struct("@PqqPPiiiiiiiiP")
-_POOL = struct.Struct("@PqiiiiiiiPP")
-
-
-def _launch(kernel: Any, rows: int, lout: int, params: bytes) -> None:
-    rt = _runtime.get()
-    rt.native.launch(kernel._function(rt), rows, -(-lout // THREADS), 1, THREADS, 1, 1, 0, current_stream_handle(), params)
+def _launch(kernel: Any, rows: int, lout: int, *args: Any) -> None:
+    """One block row per output row, THREADS outputs per block: the grid follows
+    each call's shape, so the kernel is called directly (no plan to keep)."""
+    kernel((rows, -(-lout // THREADS)), THREADS, *args)
 
 
 def _channels_view(x3: gp.GPUArray) -> tuple[gp.GPUArray, int, int]:
@@ -361,15 +343,13 @@ def kernel_conv1d(
     if cg == 1 and c.g > 1:  # depthwise: a direct kernel
         b = None if bias is None else (bias if bias.is_contiguous else bias.copy())
         out = gp.empty((c.n, c.cout, c.lout), x.dtype)
-        params = _DEPTHWISE.pack(
-            xv.data_ptr, xn, xc, w.data_ptr, 0 if b is None else b.data_ptr, c.cout, c.cout // c.g, c.length, c.k,
-            c.s, c.left, c.d, c.lout, out.data_ptr,
+        _launch(
+            _depthwise_kernel(ct, b is not None), c.n * c.cout, c.lout,
+            xv, xn, xc, w, b, c.cout, c.cout // c.g, c.length, c.k, c.s, c.left, c.d, c.lout, out,
         )  # fmt: skip
-        _launch(_depthwise_kernel(ct, b is not None), c.n * c.cout, c.lout, params)
         return c.finish(out)
     cols = gp.empty((c.n, c.c * c.k, c.lout), x.dtype)
-    params = _IM2COL.pack(xv.data_ptr, xn, xc, c.c, c.length, c.k, c.s, c.left, c.d, c.lout, cols.data_ptr)
-    _launch(_im2col_kernel(ct), c.n * c.c * c.k, c.lout, params)
+    _launch(_im2col_kernel(ct), c.n * c.c * c.k, c.lout, xv, xn, xc, c.c, c.length, c.k, c.s, c.left, c.d, c.lout, cols)
     if c.g == 1:
         out = gp.matmul(w.reshape(c.cout, cg * c.k), cols)
     else:
@@ -387,10 +367,9 @@ def _run_pool(
     out = gp.empty(out_shape, x.dtype)
     idx = gp.empty(out_shape, gp.int64) if want_idx else None
     if x.size:
-        xv, xr = _kernels.rows_of(x)
+        xv, xr = rows_of(x)
         length = x.shape[-1]
-        params = _POOL.pack(xv.data_ptr, xr, length, lout, *geometry, int(include), out.data_ptr, 0 if idx is None else idx.data_ptr)
-        _launch(_pool_kernel(_CTYPES[x.dtype], mode), x.size // length, lout, params)
+        _launch(_pool_kernel(_CTYPES[x.dtype], mode), x.size // length, lout, xv, xr, length, lout, *geometry, int(include), out, idx)
     return out, idx
 
 
@@ -435,7 +414,7 @@ def register(registry: Any) -> None:
         ("max_pool1d", 1, reference_max_pool1d, kernel_max_pool1d),
         ("adaptive_avg_pool1d", 1, reference_adaptive_avg_pool1d, kernel_adaptive_avg_pool1d),
     ):
-        registry.define(op, nkey=nkey, doc=globals()[op].__doc__ or "")
-        for backend in ("cuda", "cpu"):
-            registry.register(op, ref, backend=backend, name="reference")
-        registry.register(op, kern, backend="cuda", dtypes=KERNEL_DTYPES, min_sm=80, priority=10, predicate=_kernel_takes, name="kernel")
+        ext.register_family(
+            registry, op, nkey=nkey, doc=globals()[op].__doc__ or "", reference=ref, cuda=kern, dtypes=KERNEL_DTYPES, min_sm=80,
+            predicate=_kernel_takes,
+        )  # fmt: skip

@@ -21,18 +21,14 @@ projection to the embedding.
 
 from __future__ import annotations
 
-import os
-import struct
+from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
 import numpy as np
 
 import pygpukit as gp
-from pygpukit import _runtime
-from pygpukit.streams import current_stream_handle
-
-from . import _dispatch
+from pygpukit import ext
 
 _INDEX = (np.dtype(np.int32), np.dtype(np.int64))
 KERNEL_DTYPES = (np.dtype(gp.bfloat16), np.dtype(gp.float16), np.dtype(gp.float32))
@@ -78,10 +74,8 @@ def reference(ids: Any, weight: Any, check: bool) -> gp.GPUArray:
 @cache
 def gather_kernel(access: int) -> Any:
     """The kernel moving ``access`` bytes per load and store."""
-    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels", "embedding.cu")) as f:
-        source = f.read()
-    return gp.jit(
-        source,
+    return ext.Kernel(
+        ext.kernel_source(__name__, "embedding"),
         f"pgk::embedding_gather<{ACCESS[access]}>",
         signature="const void* w, long long ws, const void* ids, int ids64, void* out, long long rows, int nvec, long long vocab",
         name="embedding.cu",
@@ -113,33 +107,34 @@ def kernel_fits(ids: Any, weight: Any, check: Any = True) -> bool:
         return False
 
 
-# Launches prepared per call signature: (CUfunction, grid, block, weight row stride and row width in accesses).
-_launches: dict[tuple, tuple[Any, int, tuple[int, int], int, int]] = {}
-_PARAMS = struct.Struct("@PqPiPqiq")  # the kernel's parameters, in the CUDA ABI layout
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """A gather launch (None: nothing to copy) and its scalars: the weight's row
+    stride and a row's width, both in accesses."""
+
+    launch: ext.Launch | None
+    ws: int
+    nvec: int
+
+
+# Launches prepared per call signature (the layouts of ids and the weight).
+_plans: ext.PlanCache[tuple, _Plan] = ext.PlanCache("pygpukit_nn.embedding")
 
 
 def embedding_cuda(ids: Any, weight: Any, check: bool) -> gp.GPUArray:
     """The gather kernel (``kernels/embedding.cu``); repeated call signatures skip the planning."""
     _check(ids, weight, check)
-    key = (ids._shape, ids._strides, ids._dtype, weight._shape, weight._strides, weight._dtype, weight._ptr & 15)
-    plan = _launches.get(key)
-    if plan is None:
-        if len(_launches) >= 4096:
-            _launches.clear()
-        plan = _launches[key] = _plan(ids, weight)
-    kern, grid, (bx, by), ws, nvec = plan
+    key = (ext.layout_key(ids, 1), ext.layout_key(weight))  # ids are read at any address
+    plan = _plans.get(key) or _plans.put(key, _plan(ids, weight))
     vocab, dim = weight.shape
-    out = gp.GPUArray._empty((*ids.shape, dim), weight._dtype)
-    if grid:
-        flat = ids if ids._contig else ids.copy()
-        rt = _runtime.get()
-        params = _PARAMS.pack(weight._ptr, ws, flat._ptr, int(ids._dtype == np.int64), out._ptr, ids._size, nvec, vocab)
-        fn = kern._fn.get(rt.sm) or kern._function(rt)
-        rt.native.launch(fn, grid, 1, 1, bx, by, 1, 0, current_stream_handle(), params, kern.dependent(rt))
+    out = ext.empty((*ids.shape, dim), weight.dtype)
+    if plan.launch is not None:
+        flat = ids if ids.is_contiguous else ids.copy()
+        plan.launch(weight, plan.ws, flat, int(ids.dtype == np.int64), out, ids.size, plan.nvec, vocab)
     return out
 
 
-def _plan(ids: Any, weight: Any) -> tuple[Any, int, tuple[int, int], int, int]:
+def _plan(ids: Any, weight: Any) -> _Plan:
     access = access_bytes(weight)
     nvec = weight.shape[1] * weight.itemsize // access
     bx = min(max(-(-nvec // 32) * 32, 32), 256)
@@ -147,7 +142,7 @@ def _plan(ids: Any, weight: Any) -> tuple[Any, int, tuple[int, int], int, int]:
     by = max(1, min(256 // bx, rows))
     grid = -(-rows // by) if rows and nvec else 0
     ws = 0 if weight.shape[0] <= 1 else weight.strides[0] // access
-    return gather_kernel(access), grid, (bx, by), ws, nvec
+    return _Plan(gather_kernel(access).launcher(grid, (bx, by)) if grid else None, ws, nvec)
 
 
 def embedding(ids: gp.GPUArray, weight: gp.GPUArray, check: bool = True) -> gp.GPUArray:
@@ -157,7 +152,7 @@ def embedding(ids: gp.GPUArray, weight: gp.GPUArray, check: bool = True) -> gp.G
     naming it (costs a device min/max and a host sync of two numbers);
     ``check=False`` never synchronizes and gives zeros for such ids.
     """
-    return _dispatch.op("embedding")(ids, weight, check)
+    return ext.op("embedding")(ids, weight, check)
 
 
 def lm_head(x: gp.GPUArray, weight: gp.GPUArray) -> gp.GPUArray:
@@ -168,10 +163,7 @@ def lm_head(x: gp.GPUArray, weight: gp.GPUArray) -> gp.GPUArray:
 
 
 def register(registry: Any) -> None:
-    registry.define("embedding", nkey=2, doc=__doc__ or "")
-    for backend in ("cuda", "cpu"):
-        registry.register("embedding", reference, backend=backend, name="reference")
-    registry.register(
-        "embedding", embedding_cuda, backend="cuda", dtypes=["int32", "int64", *KERNEL_DTYPES], min_sm=80, priority=10,
-        predicate=kernel_fits, name="kernel",
+    ext.register_family(
+        registry, "embedding", nkey=2, doc=__doc__ or "", reference=reference, cuda=embedding_cuda,
+        dtypes=["int32", "int64", *KERNEL_DTYPES], min_sm=80, predicate=kernel_fits,
     )  # fmt: skip

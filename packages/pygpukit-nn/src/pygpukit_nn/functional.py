@@ -7,8 +7,9 @@ from __future__ import annotations
 from .activations import geglu, gelu, log_softmax, relu, relu_squared, silu, softmax, swiglu
 from .attention import scaled_dot_product_attention
 from .conv import adaptive_avg_pool1d, avg_pool1d, conv1d, max_pool1d
-from .decode import decode_attention
+from .decode_attn import decode_attention
 from .embedding import embedding, lm_head
+from .fused import add_rms_norm_linear, swiglu_linear
 from .kv_cache import KVCache, PagedKVCache, kv_append, kv_gather
 from .moe import moe_forward, permute, router_topk, unpermute
 from .norms import add_layer_norm, add_rms_norm, group_norm, layer_norm, rms_norm
@@ -22,6 +23,7 @@ __all__ = [
     "adaptive_avg_pool1d",
     "add_layer_norm",
     "add_rms_norm",
+    "add_rms_norm_linear",
     "alibi_bias",
     "alibi_slopes",
     "apply_penalties",
@@ -52,6 +54,7 @@ __all__ = [
     "silu",
     "softmax",
     "swiglu",
+    "swiglu_linear",
     "token_counts",
     "unpermute",
 ]

@@ -2,7 +2,9 @@
 ``PagedKVCache`` (a pool of fixed-size blocks and a block table), with the
 ops that write and read them: ``kv_append`` (new tokens at each sequence's
 length, advancing it) and ``kv_gather`` (a cache as contiguous
-(B, Hkv, S, D) arrays).
+(B, Hkv, S, D) arrays). The ops and their references are in kv_ops.py, their
+CUDA kernels in kv_kernels.py, the checks of a layer's arrays in
+kv_layout.py; this module holds the cache objects and registers the ops.
 
 Layouts, per layer: K and V of a contiguous cache are (B, Hkv, max_seq, D),
 so the keys of one (sequence, KV head) lie in one run of memory that decode
@@ -28,517 +30,59 @@ from __future__ import annotations
 
 import abc
 import contextlib
-import functools
-import struct
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 import pygpukit as gp
-from pygpukit import _dtypes, _runtime
-from pygpukit.streams import current_stream_handle
-
-from . import _dispatch, _kernels
-from .positional import _device_positions, apply_rope
-
-HEAD_DIMS = (64, 80, 96, 128, 256)  # head sizes the decode kernel is built for
-FP8 = "fp8_e4m3"
-FP8_MAX = 448.0  # the largest finite e4m3fn value
-FP8_HEADROOM = 2.0  # computed scales leave room for values up to twice the first append's
-
-_F8 = np.dtype(gp.float8_e4m3fn)
-_I32 = np.dtype(np.int32)
-_F32 = np.dtype(np.float32)
-_STORE = (np.dtype(gp.bfloat16), np.dtype(gp.float16), _F32)  # cache dtypes besides fp8
-_FLOATS = (*_STORE, np.dtype(np.float64))
-_CTYPES = {np.dtype(gp.bfloat16): "pgk::bfloat16", np.dtype(gp.float16): "pgk::half", _F32: "float", _F8: "pgk::float8_e4m3"}
-APPEND_TILE_ITEMS = 4096  # 8-element items per sequence up to which one block appends (and advances the length itself)
-
-
-# -- shared checks -------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Layout:
-    """What the kernels need to know about one layer of a cache."""
-
-    batch: int
-    heads: int
-    head_dim: int
-    capacity: int  # tokens a sequence can hold
-    cap: int  # contiguous: rows per (sequence, head); paged: 0
-    block_shift: int  # paged: log2(block_size); contiguous: 0
-    table_width: int  # paged: blocks per sequence in the table; contiguous: 0
-    paged: bool
-    fp8: bool
-
-
-def _array(op: str, name: str, a: Any) -> None:
-    if not isinstance(a, gp.GPUArray):
-        raise TypeError(f"{op}: {name} must be a GPUArray, got {type(a).__name__}")
-
-
-def check_cache(op: str, k_cache: Any, v_cache: Any, lengths: Any, block_table: Any, k_scale: Any, v_scale: Any) -> Layout:
-    """Checks of one layer's cache arrays as the ops take them: k_cache and
-    v_cache (B, Hkv, cap, D), or (num_blocks, Hkv, block_size, D) blocks with
-    block_table (B, blocks per sequence) int32; lengths (B,) int32; k_scale and
-    v_scale (Hkv,) float32 for an fp8 cache, else None."""
-    _array(op, "k_cache", k_cache)
-    _array(op, "v_cache", v_cache)
-    if k_cache.dtype not in (*_STORE, _F8):
-        raise TypeError(f"{op}: the cache must be bfloat16, float16, float32 or float8_e4m3fn, got {k_cache.dtype}")
-    if k_cache.ndim != 4 or v_cache.shape != k_cache.shape or v_cache.dtype != k_cache.dtype:
-        raise ValueError(f"{op}: k_cache and v_cache must be 4-d of one shape and dtype, got {k_cache.shape} {k_cache.dtype} and "
-                         f"{v_cache.shape} {v_cache.dtype}")  # fmt: skip
-    rows, heads, depth, d = k_cache.shape
-    if d not in HEAD_DIMS:
-        raise ValueError(f"{op}: head_dim must be one of {', '.join(map(str, HEAD_DIMS))}, got {d}")
-    paged = block_table is not None
-    if paged:
-        _array(op, "block_table", block_table)
-        if block_table.dtype != _I32 or block_table.ndim != 2:
-            raise ValueError(f"{op}: block_table must be (batch, blocks) int32, got {block_table.shape} {block_table.dtype}")
-        if depth & (depth - 1):
-            raise ValueError(f"{op}: the block size (k_cache.shape[2]) must be a power of two, got {depth}")
-        batch = block_table.shape[0]
-    else:
-        batch = rows
-    _array(op, "lengths", lengths)
-    if lengths.dtype != _I32 or lengths.shape != (batch,):
-        raise ValueError(f"{op}: lengths must be ({batch},) int32, got {lengths.shape} {lengths.dtype}")
-    fp8 = k_cache.dtype == _F8
-    for name, s in (("k_scale", k_scale), ("v_scale", v_scale)):
-        if not fp8:
-            if s is not None:
-                raise ValueError(f"{op}: {name} applies to an fp8 cache only; this one is {k_cache.dtype}")
-            continue
-        if s is None:
-            raise ValueError(f"{op}: an fp8 cache needs {name} ({heads},) float32")
-        _array(op, name, s)
-        if s.dtype != _F32 or s.shape != (heads,):
-            raise ValueError(f"{op}: {name} must be ({heads},) float32, got {s.shape} {s.dtype}")
-    if paged:
-        width = block_table.shape[1]
-        return Layout(batch, heads, d, width * depth, 0, depth.bit_length() - 1, width, True, fp8)
-    return Layout(batch, heads, d, depth, depth, 0, 0, False, fp8)
-
-
-def _check_tokens(op: str, k: Any, v: Any, counts: Any, lay: Layout) -> int:
-    """New tokens k, v (B, T, Hkv, D) for a cache of layout ``lay``; returns T."""
-    for name, a in (("k", k), ("v", v)):
-        _array(op, name, a)
-        if a.dtype not in _FLOATS:
-            raise TypeError(f"{op}: {name} must be float16, bfloat16, float32 or float64, got {a.dtype}")
-    if k.ndim != 4 or v.shape != k.shape:
-        raise ValueError(f"{op}: k and v must be (batch, tokens, kv_heads, head_dim) of one shape, got {k.shape} and {v.shape}")
-    b, t, h, d = k.shape
-    if h != lay.heads:
-        raise ValueError(f"{op}: k has {h} KV heads, the cache {lay.heads}")
-    if d != lay.head_dim:
-        raise ValueError(f"{op}: k has head_dim {d}, the cache {lay.head_dim}")
-    if b != lay.batch:
-        raise ValueError(f"{op}: k has batch {b}, the cache {lay.batch}")
-    if counts is not None:
-        _array(op, "counts", counts)
-        if counts.dtype != _I32 or counts.shape != (b,):
-            raise ValueError(f"{op}: counts must be ({b},) int32, got {counts.shape} {counts.dtype}")
-    return t
-
-
-def cache_rows(k_cache: Any, v_cache: Any, block_table: Any, b: int, n: int, lay: Layout) -> tuple[gp.GPUArray, gp.GPUArray]:
-    """The first n rows (Hkv, n, D) of sequence b's K and V, as stored (views of
-    a contiguous cache; a paged one's blocks taken in table order)."""
-    if not lay.paged:
-        return k_cache[b, :, :n], v_cache[b, :, :n]
-    bs = 1 << lay.block_shift
-    nb = -(-n // bs)
-    pages = block_table[b, :nb]
-    k = gp.take(k_cache, pages, axis=0).transpose(1, 0, 2, 3).reshape(lay.heads, nb * bs, lay.head_dim)
-    v = gp.take(v_cache, pages, axis=0).transpose(1, 0, 2, 3).reshape(lay.heads, nb * bs, lay.head_dim)
-    return k[:, :n], v[:, :n]
-
-
-def dequantize(rows: gp.GPUArray, scale: Any, dtype: Any) -> gp.GPUArray:
-    """Cache rows (Hkv, n, D) as ``dtype``, times the per-head scale of an fp8 cache."""
-    out = rows.astype(dtype)
-    return out if scale is None else out * scale.astype(dtype).reshape(-1, 1, 1)
-
-
-def _lengths_host(lengths: gp.GPUArray, lay: Layout) -> np.ndarray:
-    """The device lengths, read (a synchronization: reference path only), capacity-clamped as the kernels do."""
-    return np.minimum(lengths.to_numpy().astype(np.int64), lay.capacity)
-
-
-# -- ops: public wrappers ------------------------------------------------------------
-
-
-def kv_append(
-    k: gp.GPUArray,
-    v: gp.GPUArray,
-    k_cache: gp.GPUArray,
-    v_cache: gp.GPUArray,
-    lengths: gp.GPUArray,
-    counts: gp.GPUArray | None = None,
-    block_table: gp.GPUArray | None = None,
-    k_scale: gp.GPUArray | None = None,
-    v_scale: gp.GPUArray | None = None,
-) -> None:
-    """Write new tokens k, v (B, T, Hkv, D) into one layer's cache at positions
-    ``lengths[b] .. lengths[b] + counts[b] - 1`` (counts (B,) int32, default T
-    for every sequence: sequence b takes its first counts[b] tokens) and add the
-    counts to ``lengths``, on the device. Capacity is the caller's to check
-    (KVCache does, on its host mirror); positions past it are dropped."""
-    return _dispatch.op("kv_append")(k, v, k_cache, v_cache, lengths, counts, block_table, k_scale, v_scale)
-
-
-def kv_append_rope(
-    q: gp.GPUArray,
-    k: gp.GPUArray,
-    v: gp.GPUArray,
-    cos_sin: gp.GPUArray,
-    positions: gp.GPUArray,
-    layout: str,
-    rotary_dim: int,
-    k_cache: gp.GPUArray,
-    v_cache: gp.GPUArray,
-    lengths: gp.GPUArray,
-    counts: gp.GPUArray | None = None,
-    block_table: gp.GPUArray | None = None,
-) -> None:
-    """RoPE and kv_append in one step, for decode: q (B, T, Hq, D) is rotated in
-    place and k rotated on its way into the cache (k itself is left as it is;
-    rotated, it would be ``apply_rope(q, k, ...)``'s k), then ``kv_append`` of
-    it and v. cos_sin, positions (on the device), layout and rotary_dim as
-    ``apply_rope`` takes them. A cache of k's dtype (not fp8)."""
-    return _dispatch.op("kv_append_rope")(q, k, v, cos_sin, positions, layout, rotary_dim, k_cache, v_cache, lengths, counts, block_table)
-
-
-def reference_kv_append_rope(q: Any, k: Any, v: Any, cos_sin: Any, positions: Any, layout: Any, rotary_dim: Any, k_cache: Any,
-                             v_cache: Any, lengths: Any, counts: Any = None, block_table: Any = None) -> None:  # fmt: skip
-    """apply_rope on q and a copy of k, then kv_append (any backend)."""
-    if not isinstance(k, gp.GPUArray):
-        raise TypeError(f"kv_append_rope: k must be a GPUArray, got {type(k).__name__}")
-    kr = k.copy()
-    apply_rope(q, kr, cos_sin, positions, layout, rotary_dim)
-    kv_append(kr, v, k_cache, v_cache, lengths, counts, block_table)
-
-
-def kv_gather(
-    k_cache: gp.GPUArray,
-    v_cache: gp.GPUArray,
-    lengths: gp.GPUArray,
-    block_table: gp.GPUArray | None,
-    k_scale: gp.GPUArray | None,
-    v_scale: gp.GPUArray | None,
-    length: int,
-    dtype: Any = None,
-) -> tuple[gp.GPUArray, gp.GPUArray]:
-    """One layer's cache as contiguous K, V (B, Hkv, length, D) of ``dtype``
-    (default: the cache's; an fp8 cache needs one, its values dequantized):
-    each sequence's rows below its length, zeros past it."""
-    return _dispatch.op("kv_gather")(k_cache, v_cache, lengths, block_table, k_scale, v_scale, length, dtype)
-
-
-def _check_gather(k_cache: Any, v_cache: Any, lengths: Any, block_table: Any, k_scale: Any, v_scale: Any, length: Any, dtype: Any):
-    lay = check_cache("kv_gather", k_cache, v_cache, lengths, block_table, k_scale, v_scale)
-    if isinstance(length, bool) or not isinstance(length, (int, np.integer)) or length < 0:
-        raise ValueError(f"kv_gather: length must be a non-negative int, got {length!r}")
-    if dtype is None:
-        if lay.fp8:
-            raise ValueError("kv_gather: an fp8 cache needs the dtype to dequantize to")
-        out = k_cache.dtype
-    else:
-        out = _dtypes.as_dtype(dtype)
-        if out not in _FLOATS:
-            raise TypeError(f"kv_gather: dtype must be float16, bfloat16, float32 or float64, got {out}")
-    return lay, int(length), out
-
-
-# -- references (any backend) ----------------------------------------------------------
-
-
-def reference_kv_append(
-    k: Any, v: Any, k_cache: Any, v_cache: Any, lengths: Any, counts: Any, block_table: Any, k_scale: Any, v_scale: Any
-):
-    lay = check_cache("kv_append", k_cache, v_cache, lengths, block_table, k_scale, v_scale)
-    t = _check_tokens("kv_append", k, v, counts, lay)
-    start = lengths.to_numpy().astype(np.int64)
-    cnt = np.full(lay.batch, t, np.int64) if counts is None else np.clip(counts.to_numpy().astype(np.int64), 0, t)
-    bs = 1 << lay.block_shift
-    for b in range(lay.batch):
-        n = int(min(cnt[b], lay.capacity - start[b])) if start[b] >= 0 else 0
-        if n <= 0:
-            continue
-        for src, cache, scale in ((k, k_cache, k_scale), (v, v_cache, v_scale)):
-            rows = src[b, :n].transpose(1, 0, 2)  # (Hkv, n, D)
-            if lay.fp8:  # as the kernel: float32 x / scale, saturated, rounded to e4m3
-                rows = gp.clip(rows.astype(gp.float32) / scale.reshape(-1, 1, 1), -FP8_MAX, FP8_MAX)
-            rows = rows.astype(cache.dtype)
-            p0 = int(start[b])
-            if not lay.paged:
-                cache[b, :, p0 : p0 + n] = rows
-                continue
-            table = block_table[b].to_numpy()
-            j = 0
-            while j < n:  # one block at a time
-                p = p0 + j
-                take = min(n - j, bs - p % bs)
-                cache[int(table[p // bs]), :, p % bs : p % bs + take] = rows[:, j : j + take]
-                j += take
-    lengths[...] = gp.from_numpy((start + cnt).astype(np.int32))
-
-
-def reference_kv_gather(
-    k_cache: Any, v_cache: Any, lengths: Any, block_table: Any, k_scale: Any, v_scale: Any, length: Any, dtype: Any = None
-):
-    lay, s, out_dt = _check_gather(k_cache, v_cache, lengths, block_table, k_scale, v_scale, length, dtype)
-    ko = gp.zeros((lay.batch, lay.heads, s, lay.head_dim), out_dt)
-    vo = gp.zeros((lay.batch, lay.heads, s, lay.head_dim), out_dt)
-    lens = _lengths_host(lengths, lay)
-    cdt = gp.float64 if out_dt == np.float64 else gp.float32
-    for b in range(lay.batch):
-        n = int(min(max(lens[b], 0), s))
-        if n:
-            kr, vr = cache_rows(k_cache, v_cache, block_table, b, n, lay)
-            ko[b, :, :n] = dequantize(kr, k_scale, cdt)
-            vo[b, :, :n] = dequantize(vr, v_scale, cdt)
-    return ko, vo
-
-
-# -- CUDA kernels ------------------------------------------------------------------------
-
-
-@functools.cache
-def _append_kernel(ti: str, kt: str, paged: bool, advance: bool) -> Any:
-    return gp.jit(
-        _kernels.source("kv_cache"),
-        f"pgk::kv_append<{ti}, {kt}, {'true' if paged else 'false'}, {'true' if advance else 'false'}>",
-        signature="const void* k, const void* v, long long kb, long long kt, long long kh, long long vb, long long vt, long long vh, "
-        "void* kc, void* vc, int* lengths, const int* counts, const int* table, const float* k_scale, const float* v_scale, "
-        "int T, int Hkv, int D, int cap, int block_shift, int table_width",
-        name="kv_cache.cu",
-        dependent_launch=True,
-    )
-
-
-@functools.cache
-def _advance_kernel() -> Any:
-    return gp.jit(
-        _kernels.source("kv_cache"),
-        "pgk::kv_advance",
-        signature="int* lengths, const int* counts, int T, int B",
-        name="kv_cache.cu",
-        dependent_launch=True,
-    )
-
-
-@functools.cache
-def _gather_kernel(kt: str, to: str, paged: bool) -> Any:
-    return gp.jit(
-        _kernels.source("kv_cache"),
-        f"pgk::kv_gather<{kt}, {to}, {'true' if paged else 'false'}>",
-        signature="const void* kc, const void* vc, void* ko, void* vo, const int* lengths, const int* table, const float* k_scale, "
-        "const float* v_scale, int B, int Hkv, int D, int S, int cap, int block_shift, int table_width",
-        name="kv_cache.cu",
-    )
-
-
-_APPEND = struct.Struct("@PP6q7P6i")
-
-
-def _token_strides(a: gp.GPUArray) -> tuple[int, int, int] | None:
-    """Element strides (batch, token, head) of a (B, T, Hkv, D) array the kernel
-    reads 16 bytes at a time as it is, or None (then it takes a copy). An axis of
-    length 1 gets stride 0: its stride is arbitrary and never used."""
-    item = a.dtype.itemsize
-    s = [0 if n == 1 else x for x, n in zip(a.strides, a.shape)]
-    if s[3] != item or a.data_ptr % 16 or any(x % 16 or x < 0 for x in s[:3]):
-        return None
-    return s[0] // item, s[1] // item, s[2] // item
-
-
-# Launches planned per call signature -> (function, tiles, threads, advance function or None, T, layout,
-# k's and v's element strides (None: copy first)).
-_append_plans: dict[tuple, tuple] = {}
-
-
-def _plan_append(k: Any, v: Any, k_cache: Any, v_cache: Any, lengths: Any, counts: Any, block_table: Any, k_scale: Any, v_scale: Any):
-    lay = check_cache("kv_append", k_cache, v_cache, lengths, block_table, k_scale, v_scale)
-    t = _check_tokens("kv_append", k, v, counts, lay)
-    items = t * lay.heads * (lay.head_dim // 8)
-    tiles = max(1, -(-items // APPEND_TILE_ITEMS))
-    threads = 256 if items > 128 else 128
-    rt = _runtime.get()
-    kern = _append_kernel(_CTYPES[k.dtype], _CTYPES[k_cache.dtype], lay.paged, tiles == 1)
-    adv = None if tiles == 1 else _advance_kernel()._function(rt)
-    dep = kern.dependent(rt)  # kv_advance's too: both wait for what came before
-    return kern._function(rt), dep, tiles, threads, adv, t, lay, _token_strides(k), _token_strides(v)
-
-
-def _sig(a: Any) -> Any:
-    return None if a is None else (a._shape, a._dtype)
-
-
-def kernel_kv_append(k: Any, v: Any, k_cache: Any, v_cache: Any, lengths: Any, counts: Any, block_table: Any, k_scale: Any, v_scale: Any):
-    # the predicate checked the caches' contiguity and alignment; k and v's layout is part of the key
-    key = (k._shape, k._dtype, k._strides, k._ptr & 15, v._shape, v._dtype, v._strides, v._ptr & 15, k_cache._shape, k_cache._dtype,
-           v_cache._shape, v_cache._dtype, lengths._shape, lengths._dtype, _sig(counts), _sig(block_table), _sig(k_scale), _sig(v_scale))  # fmt: skip
-    plan = _append_plans.get(key)
-    if plan is None:
-        plan = _append_plans[key] = _plan_append(k, v, k_cache, v_cache, lengths, counts, block_table, k_scale, v_scale)
-    fn, dep, tiles, threads, adv, t, lay, ks, vs = plan
-    if ks is None:
-        k = k.copy()
-        ks = _token_strides(k)
-    if vs is None:
-        v = v.copy()
-        vs = _token_strides(v)
-    stream = current_stream_handle()
-    native = _runtime.get().native
-    cp = 0 if counts is None else counts._ptr
-    params = _APPEND.pack(
-        k._ptr, v._ptr, *ks, *vs, k_cache._ptr, v_cache._ptr, lengths._ptr, cp, 0 if block_table is None else block_table._ptr,
-        0 if k_scale is None else k_scale._ptr, 0 if v_scale is None else v_scale._ptr,
-        t, lay.heads, lay.head_dim, lay.cap, lay.block_shift, lay.table_width,
-    )  # fmt: skip
-    native.launch(fn, tiles, lay.batch, 1, threads, 1, 1, 0, stream, params, dep)
-    if adv is not None:
-        native.launch(adv, -(-lay.batch // 256), 1, 1, 256, 1, 1, 0, stream, struct.pack("@PPii", lengths._ptr, cp, t, lay.batch), dep)
-
-
-@functools.cache
-def _append_rope_kernel(ti: str, paged: bool, gptj: bool) -> Any:
-    return gp.jit(
-        _kernels.source("kv_cache"),
-        f"pgk::kv_append_rope<{ti}, {'true' if paged else 'false'}, {'true' if gptj else 'false'}>",
-        signature="void* q, const void* k, const void* v, long long qb, long long qt, long long qh, long long kb, long long kt, "
-        "long long kh, long long vb, long long vt, long long vh, const float* cs, const void* pos, long long pb, long long ps, "
-        "int pos64, int half, int max_pos, void* kc, void* vc, int* lengths, const int* counts, const int* table, int T, int Hq, "
-        "int Hkv, int D, int cap, int block_shift, int table_width",
-        name="kv_cache.cu",
-        dependent_launch=True,
-    )
-
-
-_APPEND_ROPE = struct.Struct("@3P9q2P2q3i5P7i")
-ROPE_APPEND_TOKENS = 8  # decode's tokens at most: one block a sequence
-# call signature -> (function, dependent, threads, q / k / v / position strides, int parameters) or None (not the kernel's)
-_append_rope_plans: dict[tuple, tuple | None] = {}
-
-
-def _rope_append_key(args: tuple) -> tuple:
-    return tuple((a._shape, a._strides, a._dtype, a._ptr & 15) if isinstance(a, gp.GPUArray) else a for a in args)
-
-
-def _plan_append_rope(q: Any, k: Any, v: Any, cos_sin: Any, positions: Any, layout: Any, rotary_dim: Any, k_cache: Any, v_cache: Any,
-                      lengths: Any, counts: Any, block_table: Any) -> tuple | None:  # fmt: skip
-    """The launch when the kernel takes these operands as they are, else None."""
-    if not (all(isinstance(a, gp.GPUArray) for a in (q, k, v, cos_sin, positions)) and _append_applies(
-            k, v, k_cache, v_cache, lengths, counts, block_table)):  # fmt: skip
-        return None
-    try:
-        lay = check_cache("kv_append_rope", k_cache, v_cache, lengths, block_table, None, None)
-        t = _check_tokens("kv_append_rope", k, v, counts, lay)
-    except (TypeError, ValueError):
-        return None
-    half = rotary_dim // 2 if type(rotary_dim) is int else 0
-    qst, kst, vst = _token_strides(q) if q.ndim == 4 else None, _token_strides(k), _token_strides(v)
-    ok = (
-        layout in ("neox", "gptj") and q.dtype == k.dtype == k_cache.dtype and q.ndim == 4 and q.shape[:2] == k.shape[:2]
-        and q.shape[3] == lay.head_dim and 0 < half and half % 8 == 0 and 2 * half <= lay.head_dim and t <= ROPE_APPEND_TOKENS
-        and None not in (qst, kst, vst) and cos_sin.dtype == _F32 and cos_sin.ndim == 3 and cos_sin.shape[1:] == (2, half)
-        and cos_sin._contig and positions.dtype in (np.dtype(np.int32), np.dtype(np.int64))
-        and positions.shape in ((t,), (lay.batch, t)) and all(st % positions.itemsize == 0 for st in positions.strides)
-    )  # fmt: skip
-    if not ok:
-        return None
-    pis = positions.itemsize
-    pst = [0 if n == 1 else st // pis for st, n in zip(positions.strides, positions.shape)]
-    pb, ps = (0, pst[0]) if positions.ndim == 1 else pst
-    rt = _runtime.get()
-    kern = _append_rope_kernel(_CTYPES[k.dtype], lay.paged, layout == "gptj")
-    items = t * (q.shape[2] * (2 * half if layout == "gptj" else half) // 8 + 2 * lay.heads * (lay.head_dim // 8))
-    ints = (t, q.shape[2], lay.heads, lay.head_dim, lay.cap, lay.block_shift, lay.table_width)
-    return (kern._function(rt), kern.dependent(rt), 256 if items > 128 else 128, (*qst, *kst, *vst), (pb, ps, int(pis == 8), half,
-            cos_sin.shape[0]), ints, lay.batch)  # fmt: skip
-
-
-def _append_rope_plan(args: tuple) -> tuple | None:
-    key = _rope_append_key(args)
-    if key not in _append_rope_plans:
-        if len(_append_rope_plans) >= 4096:
-            _append_rope_plans.clear()
-        _append_rope_plans[key] = _plan_append_rope(*args)
-    return _append_rope_plans[key]
-
-
-def _append_rope_applies(*args: Any) -> bool:
-    """kv_append_rope's kernel: decode tokens (see _plan_append_rope) of a half or float32 dtype, the cache in it."""
-    try:
-        return _append_rope_plan(args) is not None
-    except (AttributeError, TypeError):
-        return False
-
-
-def kernel_kv_append_rope(q: Any, k: Any, v: Any, cos_sin: Any, positions: Any, layout: Any, rotary_dim: Any, k_cache: Any,
-                          v_cache: Any, lengths: Any, counts: Any = None, block_table: Any = None) -> None:  # fmt: skip
-    args = (q, k, v, cos_sin, positions, layout, rotary_dim, k_cache, v_cache, lengths, counts, block_table)
-    plan = _append_rope_plan(args)
-    if plan is None:  # only when called directly, past the predicate
-        return reference_kv_append_rope(*args)
-    fn, dep, threads, strides, rope_ints, ints, batch = plan
-    params = _APPEND_ROPE.pack(
-        q._ptr, k._ptr, v._ptr, *strides, cos_sin._ptr, positions._ptr, *rope_ints[:2], *rope_ints[2:], k_cache._ptr, v_cache._ptr,
-        lengths._ptr, 0 if counts is None else counts._ptr, 0 if block_table is None else block_table._ptr, *ints,
-    )  # fmt: skip
-    _runtime.get().native.launch(fn, 1, batch, 1, threads, 1, 1, 0, current_stream_handle(), params, dep)
-
-
-def kernel_kv_gather(
-    k_cache: Any, v_cache: Any, lengths: Any, block_table: Any, k_scale: Any, v_scale: Any, length: Any, dtype: Any = None
-):
-    lay, s, out_dt = _check_gather(k_cache, v_cache, lengths, block_table, k_scale, v_scale, length, dtype)
-    ko = gp.empty((lay.batch, lay.heads, s, lay.head_dim), out_dt)
-    vo = gp.empty((lay.batch, lay.heads, s, lay.head_dim), out_dt)
-    items = ko.size // 8
-    if items:
-        kern = _gather_kernel(_CTYPES[k_cache.dtype], _CTYPES[out_dt], lay.paged)
-        grid = min(-(-items // 256), 32 * _runtime.get().props["multiprocessor_count"])
-        kern(grid, 256, k_cache, v_cache, ko, vo, lengths, block_table, k_scale, v_scale, lay.batch, lay.heads, lay.head_dim, s,
-             lay.cap, lay.block_shift, lay.table_width)  # fmt: skip
-    return ko, vo
-
-
-def _cache_arrays_ok(k_cache: Any, v_cache: Any, lengths: Any, block_table: Any) -> bool:
-    """The kernels read the caches, lengths and table as contiguous arrays, 16-byte aligned."""
-    return (
-        isinstance(k_cache, gp.GPUArray) and isinstance(v_cache, gp.GPUArray) and isinstance(lengths, gp.GPUArray)
-        and k_cache._contig and v_cache._contig and lengths._contig and k_cache._ptr % 16 == 0 and v_cache._ptr % 16 == 0
-        and (block_table is None or (isinstance(block_table, gp.GPUArray) and block_table._contig))
-    )  # fmt: skip
-
-
-def _append_applies(k: Any, v: Any, k_cache: Any, v_cache: Any, lengths: Any, counts: Any, block_table: Any, *rest: Any) -> bool:
-    """kv_append's kernel: bf16 / fp16 / float32 tokens into a cache of their dtype or fp8."""
-    return (
-        isinstance(v, gp.GPUArray) and _cache_arrays_ok(k_cache, v_cache, lengths, block_table)
-        and k.dtype in _STORE and v.dtype == k.dtype and k_cache.dtype in (k.dtype, _F8)
-        and (counts is None or (isinstance(counts, gp.GPUArray) and counts._contig))
-    )  # fmt: skip
-
-
-def _gather_applies(k_cache: Any, v_cache: Any, lengths: Any, block_table: Any, k_scale: Any, v_scale: Any, length: Any, dtype: Any = None):
-    """kv_gather's kernel: any cache dtype, out to bf16 / fp16 / float32."""
-    try:
-        out = k_cache.dtype if dtype is None else _dtypes.as_dtype(dtype)
-    except (TypeError, ValueError):
-        return False
-    return _cache_arrays_ok(k_cache, v_cache, lengths, block_table) and out in _STORE
-
-
-# -- the cache objects ----------------------------------------------------------------------
+from pygpukit import ext
+
+from .kv_kernels import (
+    APPEND_TILE_ITEMS,
+    ROPE_APPEND_TOKENS,
+    append_applies,
+    append_rope_applies,
+    gather_applies,
+    kernel_kv_append,
+    kernel_kv_append_rope,
+    kernel_kv_gather,
+)
+from .kv_layout import F8, FP8, FP8_HEADROOM, FP8_MAX, HEAD_DIMS, STORE, Layout, cache_rows, check_cache, check_tokens, dequantize
+from .kv_ops import (
+    kv_append,
+    kv_append_rope,
+    kv_gather,
+    reference_kv_append,
+    reference_kv_append_rope,
+    reference_kv_gather,
+)
+from .positional import _device_positions
+
+__all__ = [
+    "APPEND_TILE_ITEMS",
+    "FP8",
+    "FP8_HEADROOM",
+    "FP8_MAX",
+    "HEAD_DIMS",
+    "ROPE_APPEND_TOKENS",
+    "KVCache",
+    "Layout",
+    "PagedKVCache",
+    "cache_rows",
+    "check_cache",
+    "dequantize",
+    "kernel_kv_append",
+    "kernel_kv_append_rope",
+    "kernel_kv_gather",
+    "kv_append",
+    "kv_append_rope",
+    "kv_gather",
+    "reference_kv_append",
+    "reference_kv_append_rope",
+    "reference_kv_gather",
+    "register",
+]
 
 
 def _positive(owner: str, name: str, value: Any) -> int:
@@ -562,11 +106,11 @@ class _Cache(abc.ABC):
         if isinstance(head_dim, bool) or head_dim not in HEAD_DIMS:
             raise ValueError(f"{owner}: head_dim must be one of {', '.join(map(str, HEAD_DIMS))}, got {head_dim!r}")
         self.head_dim = int(head_dim)
-        self.dtype = _dtypes.as_dtype(dtype)
-        if self.dtype not in _STORE:
+        self.dtype = gp.result_type(dtype)
+        if self.dtype not in STORE:
             raise TypeError(f"{owner}: dtype must be bfloat16, float16 or float32, got {self.dtype}")
         self.kv_dtype = self._kv_dtype(kv_dtype)
-        self.fp8 = self.kv_dtype == _F8
+        self.fp8 = self.kv_dtype == F8
         layers, heads = self.num_layers, self.num_kv_heads
         self._lengths = gp.zeros((layers, self.batch), gp.int32)
         self._host = np.zeros((layers, self.batch), np.int64)
@@ -598,12 +142,12 @@ class _Cache(abc.ABC):
         if kv_dtype is None:
             return self.dtype
         if isinstance(kv_dtype, str) and kv_dtype == FP8:
-            return _F8
+            return F8
         try:
-            dt = _dtypes.as_dtype(kv_dtype)
+            dt = gp.result_type(kv_dtype)
         except (TypeError, ValueError):
             dt = None
-        if dt not in (self.dtype, _F8):
+        if dt not in (self.dtype, F8):
             raise ValueError(f"{self._owner}: kv_dtype must be None (the dtype) or {FP8!r}, got {kv_dtype!r}")
         return dt
 
@@ -760,13 +304,13 @@ class _Cache(abc.ABC):
     def _append(self, k: Any, v: Any, layer: Any, counts: Any, rotate: tuple | None) -> None:
         i = self._layer(layer)
         try:
-            sig = (k._shape, k._dtype, v._shape, v._dtype)
+            sig = (k.shape, k.dtype, v.shape, v.dtype)
         except AttributeError:
             sig = None
         if sig not in self._checked:  # before any block is taken
-            _check_tokens(f"{self._owner}.append", k, v, None, self._lay)
+            check_tokens(f"{self._owner}.append", k, v, None, self._lay)
             self._checked.add(sig)
-        t = k._shape[1]
+        t = k.shape[1]
         c = self._counts(counts, t)
         need = self._host[i] + (t if c is None else c)
         top = int(need.max())
@@ -776,11 +320,11 @@ class _Cache(abc.ABC):
         args = self._args[i]
         dc = None if c is None else self._device_counts(c)
         if rotate is None:
-            _dispatch.op("kv_append")(k, v, args[0], args[1], args[2], dc, *args[3:])
+            ext.op("kv_append")(k, v, args[0], args[1], args[2], dc, *args[3:])
         else:
             q, rope, positions = rotate
             pos = _device_positions(positions, rope.cos_sin)
-            _dispatch.op("kv_append_rope")(q, k, v, rope.cos_sin, pos, rope.layout, rope.rotary_dim, args[0], args[1], args[2], dc, args[3])
+            ext.op("kv_append_rope")(q, k, v, rope.cos_sin, pos, rope.layout, rope.rotary_dim, args[0], args[1], args[2], dc, args[3])
         self._host[i] = need
         self._top[i] = top
 
@@ -975,16 +519,11 @@ class PagedKVCache(_Cache):
 
 
 def register(registry: Any) -> None:
-    registry.define("kv_append", nkey=1, doc=kv_append.__doc__ or "")
-    registry.define("kv_append_rope", nkey=1, doc=kv_append_rope.__doc__ or "")
-    registry.define("kv_gather", nkey=1, doc=kv_gather.__doc__ or "")
-    for backend in ("cuda", "cpu"):
-        registry.register("kv_append", reference_kv_append, backend=backend, name="reference")
-        registry.register("kv_append_rope", reference_kv_append_rope, backend=backend, name="reference")
-        registry.register("kv_gather", reference_kv_gather, backend=backend, name="reference")
-    registry.register("kv_append", kernel_kv_append, backend="cuda", dtypes=["float32", "float16", "bfloat16"], min_sm=80, priority=10,
-                      predicate=_append_applies, name="kernel")  # fmt: skip
-    registry.register("kv_append_rope", kernel_kv_append_rope, backend="cuda", dtypes=["float32", "float16", "bfloat16"], min_sm=80,
-                      priority=10, predicate=_append_rope_applies, name="kernel")  # fmt: skip
-    registry.register("kv_gather", kernel_kv_gather, backend="cuda", dtypes=["float32", "float16", "bfloat16", "float8_e4m3fn"],
-                      min_sm=80, priority=10, predicate=_gather_applies, name="kernel")  # fmt: skip
+    kernel_dtypes = ["float32", "float16", "bfloat16"]
+    for op, public, reference, kernel, dtypes, applies in (
+        ("kv_append", kv_append, reference_kv_append, kernel_kv_append, kernel_dtypes, append_applies),
+        ("kv_append_rope", kv_append_rope, reference_kv_append_rope, kernel_kv_append_rope, kernel_dtypes, append_rope_applies),
+        ("kv_gather", kv_gather, reference_kv_gather, kernel_kv_gather, [*kernel_dtypes, "float8_e4m3fn"], gather_applies),
+    ):
+        ext.register_family(registry, op, nkey=1, doc=public.__doc__ or "", reference=reference, cuda=kernel, dtypes=dtypes, min_sm=80,
+                            priority=10, predicate=applies)  # fmt: skip

@@ -9,7 +9,7 @@ from typing import Any
 
 import pygpukit as gp
 
-from . import activations, attention, decode, embedding, moe, norms
+from . import activations, attention, decode_attn, embedding, moe, norms
 from .kv_cache import KVCache, PagedKVCache
 from .positional import RotaryEmbedding
 
@@ -225,12 +225,12 @@ class Attention:
             k = self.k_norm(k)
         # decode: RoPE and the append in one launch where a kernel takes them. Its queries sit at the last
         # s positions of every sequence, so a ragged append of several tokens (counts) takes the path below.
-        if cache is not None and s <= decode.MAX_TOKENS and (counts is None or s == 1):
+        if cache is not None and s <= decode_attn.MAX_TOKENS and (counts is None or s == 1):
             if self.rope is not None:
                 cache.append_rotated(q, k, v, self.rope, positions, layer, counts)
             else:
                 cache.append(k, v, layer, counts)
-            return self.o(decode.decode_attention(q, cache, layer, self.scale, self.window).reshape(b, s, hq * d))
+            return self.o(decode_attn.decode_attention(q, cache, layer, self.scale, self.window).reshape(b, s, hq * d))
         if self.rope is not None:
             q, k = self.rope(q, k, positions)
         window = None if self.window is None else (self.window - 1, 0)

@@ -37,21 +37,21 @@ argsort and take; unpermute's reads the index map back to check it.
 from __future__ import annotations
 
 import functools
-import struct
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 import pygpukit as gp
-from pygpukit import _runtime
-from pygpukit.streams import current_stream_handle
+from pygpukit import ext
 
-from . import _dispatch, _kernels
-from ._checks import INT32_MAX, integer
+from . import _kernels
 from .activations import geglu, swiglu
+from .checks import INT32_MAX, check_float, integer
 
-FLOATS = (np.dtype(gp.float16), np.dtype(gp.bfloat16), np.dtype(gp.float32), np.dtype(gp.float64))
 INDEX = (np.dtype(gp.int32), np.dtype(gp.int64))
+_F32 = np.dtype(gp.float32)
+_I32 = np.dtype(gp.int32)
 _CTYPES = {np.dtype(gp.bfloat16): "pgk::bfloat16", np.dtype(gp.float16): "pgk::half", np.dtype(gp.float32): "float"}
 _ITYPES = {np.dtype(gp.int32): "int", np.dtype(gp.int64): "long long"}
 SCORINGS = ("softmax", "sigmoid")
@@ -73,20 +73,20 @@ def router_topk(logits: gp.GPUArray, k: int, *, renormalize: bool = True, scorin
     """The top ``k`` experts of each token's router ``logits`` (..., E): returns
     (weights (..., k) float32, expert ids (..., k) int32), best first; see the
     module docstring for ties, NaN, ``scoring`` and ``renormalize``."""
-    return _dispatch.op("moe_route")(logits, k, renormalize, scoring)
+    return ext.op("moe_route")(logits, k, renormalize, scoring)
 
 
 def permute(x: gp.GPUArray, expert_ids: gp.GPUArray, num_experts: int) -> tuple[gp.GPUArray, gp.GPUArray, gp.GPUArray]:
     """Token rows x (T, D) in expert order for ``expert_ids`` (T, k): returns
     (x_sorted (T*k, D), offs (E,) int32 cumulative row ends, index_map (T*k,)
     int32 with ``index_map[r] = token * k + slot``); stable within an expert."""
-    return _dispatch.op("moe_permute")(x, expert_ids, num_experts)
+    return ext.op("moe_permute")(x, expert_ids, num_experts)
 
 
 def unpermute(y_sorted: gp.GPUArray, index_map: gp.GPUArray, weights: gp.GPUArray) -> gp.GPUArray:
     """The inverse of ``permute`` with the combine: (T, D) rows
     ``sum_s weights[t, s] * y_sorted[row of (t, s)]``, in float32, slot order."""
-    return _dispatch.op("moe_unpermute")(y_sorted, index_map, weights)
+    return ext.op("moe_unpermute")(y_sorted, index_map, weights)
 
 
 def moe_forward(
@@ -136,17 +136,13 @@ def _check_array(op: str, name: str, a: Any, kinds: tuple[np.dtype, ...], what: 
         raise TypeError(f"{op}: {name} must be {what}, got {a.dtype}")
 
 
-def _check_float(op: str, name: str, a: Any) -> None:
-    _check_array(op, name, a, FLOATS, "float16, bfloat16, float32 or float64")
-
-
 def _check_index(op: str, name: str, a: Any) -> None:
     _check_array(op, name, a, INDEX, "int32 or int64")
 
 
 def _check_route(logits: Any, k: Any, renormalize: Any, scoring: Any) -> tuple[int, int]:
     """Returns (E, k)."""
-    _check_float("router_topk", "logits", logits)
+    check_float("router_topk", "logits", logits)
     if logits.ndim == 0 or logits.shape[-1] == 0:
         raise ValueError(f"router_topk: logits must be (..., E) with E >= 1 experts, got shape {logits.shape}")
     e = logits.shape[-1]
@@ -160,7 +156,7 @@ def _check_route(logits: Any, k: Any, renormalize: Any, scoring: Any) -> tuple[i
 
 def _check_permute(x: Any, expert_ids: Any, num_experts: Any) -> tuple[int, int, int]:
     """Returns (T, k, E)."""
-    _check_float("permute", "x", x)
+    check_float("permute", "x", x)
     _check_index("permute", "expert_ids", expert_ids)
     if x.ndim != 2:
         raise ValueError(f"permute: x must be (tokens, hidden), got shape {x.shape}")
@@ -174,9 +170,9 @@ def _check_permute(x: Any, expert_ids: Any, num_experts: Any) -> tuple[int, int,
 
 def _check_unpermute(y: Any, index_map: Any, weights: Any) -> tuple[int, int, int]:
     """Returns (T, k, D)."""
-    _check_float("unpermute", "y_sorted", y)
+    check_float("unpermute", "y_sorted", y)
     _check_index("unpermute", "index_map", index_map)
-    _check_float("unpermute", "weights", weights)
+    check_float("unpermute", "weights", weights)
     if y.ndim != 2:
         raise ValueError(f"unpermute: y_sorted must be (tokens * k, hidden), got shape {y.shape}")
     if weights.ndim != 2 or weights.size != y.shape[0]:
@@ -192,7 +188,7 @@ def _check_forward(x: Any, router_w: Any, w_gate_up: Any, w_down: Any, k: Any, w
     named = {"x": x, "router_w": router_w, "w_gate_up": w_gate_up, "w_down": w_down, "w_up": w_up}
     for name, a in named.items():
         if a is not None or name != "w_up":
-            _check_float(op, name, a)
+            check_float(op, name, a)
     if x.ndim == 0:
         raise ValueError(f"{op}: x must be (..., hidden), got a 0-d array")
     d = x.shape[-1]
@@ -223,13 +219,9 @@ def _check_forward(x: Any, router_w: Any, w_gate_up: Any, w_down: Any, k: Any, w
 # -- references (any backend, any float dtype) -----------------------------------------
 
 
-def _compute_dtype(dt: np.dtype) -> Any:
-    return gp.float64 if dt == np.float64 else gp.float32
-
-
 def reference_route(logits: Any, k: Any, renormalize: Any = True, scoring: Any = "softmax") -> tuple[gp.GPUArray, gp.GPUArray]:
     _, k = _check_route(logits, k, renormalize, scoring)
-    cdt = _compute_dtype(logits.dtype)
+    cdt = ext.compute_dtype(logits.dtype)
     lg = logits.astype(cdt)
     vals, idx = gp.topk(lg, k, axis=-1)  # value order, ties by index, NaN largest
     if scoring == "softmax":
@@ -259,7 +251,7 @@ def reference_unpermute(y: Any, index_map: Any, weights: Any) -> gp.GPUArray:
     host = index_map.to_numpy()
     if not np.array_equal(np.sort(host), np.arange(n)):
         raise ValueError(f"unpermute: index_map must be a permutation of 0..{n - 1} (as permute returns)")
-    cdt = _compute_dtype(y.dtype)
+    cdt = ext.compute_dtype(y.dtype)
     if n == 0 or d == 0:
         return gp.zeros((t, d), y.dtype)
     rows = gp.take(y, gp.argsort(index_map), axis=0).astype(cdt).reshape(t, k, d)
@@ -273,12 +265,12 @@ def reference_unpermute(y: Any, index_map: Any, weights: Any) -> gp.GPUArray:
 # -- CUDA kernels ----------------------------------------------------------------------
 
 
-def _jit(expr: str, signature: str) -> Any:
-    return gp.jit(_kernels.source("moe"), expr, signature=signature, name="moe.cu")
+def _jit(expr: str, signature: str) -> ext.Kernel:
+    return ext.Kernel(ext.kernel_source(__name__, "moe"), expr, signature=signature, name="moe.cu")
 
 
 @functools.cache
-def _router_kernel(ct: str, epl: int, scoring: int, renorm: bool) -> Any:
+def _router_kernel(ct: str, epl: int, scoring: int, renorm: bool) -> ext.Kernel:
     return _jit(
         f"pgk::router_topk<{ct}, {epl}, {scoring}, {'true' if renorm else 'false'}>",
         "const void* logits, long long ls, long long tokens, int E, int k, void* w, void* ids",
@@ -286,32 +278,32 @@ def _router_kernel(ct: str, epl: int, scoring: int, renorm: bool) -> Any:
 
 
 @functools.cache
-def _count_kernel(it: str) -> Any:
+def _count_kernel(it: str) -> ext.Kernel:
     return _jit(f"pgk::moe_count<{it}>", "const void* ids, long long n, int E, long long tile_len, void* counts")
 
 
 @functools.cache
-def _scan_kernel() -> Any:
+def _scan_kernel() -> ext.Kernel:
     return _jit("pgk::moe_scan", "void* counts, int tiles, int E, void* offs")
 
 
 @functools.cache
-def _rank_kernel(it: str) -> Any:
+def _rank_kernel(it: str) -> ext.Kernel:
     return _jit(f"pgk::moe_rank<{it}>", "const void* ids, long long n, int E, long long tile_len, const void* first, void* index_map")
 
 
 @functools.cache
-def _gather_kernel(ct: str, vec: int) -> Any:
+def _gather_kernel(ct: str, vec: int) -> ext.Kernel:
     return _jit(f"pgk::moe_gather<{ct}, {vec}>", "const void* x, long long xs, const void* index_map, int k, int D, void* out")
 
 
 @functools.cache
-def _invert_kernel() -> Any:
+def _invert_kernel() -> ext.Kernel:
     return _jit("pgk::moe_invert", "const void* index_map, long long n, void* pos")
 
 
 @functools.cache
-def _combine_kernel(ct: str, vec: int) -> Any:
+def _combine_kernel(ct: str, vec: int) -> ext.Kernel:
     return _jit(
         f"pgk::moe_combine<{ct}, {vec}>",
         "const void* y, long long ys, const void* pos, const void* w, int k, long long n, int D, void* out",
@@ -326,14 +318,6 @@ def _vec(dt: np.dtype, d: int, stride: int, ptr: int) -> int:
     return vec
 
 
-def _launch(fn: int, grid: tuple[int, int], threads: int, smem: int, stream: int, params: bytes) -> None:
-    _runtime.get().native.launch(fn, grid[0], grid[1], 1, threads, 1, 1, smem, stream, params)
-
-
-def _fn(kernel: Any) -> int:
-    return kernel._function(_runtime.get())
-
-
 def _epl(e: int) -> int:
     """Logits per lane: the power of two that covers E (so few instantiations)."""
     epl = 1
@@ -342,28 +326,35 @@ def _epl(e: int) -> int:
     return epl
 
 
-_ROUTER = struct.Struct("@PqqiiPP")
-# call signature -> (function, rows, row stride, whether the rows need a contiguous copy)
-_router_plans: dict[tuple, tuple[int, int, int, bool]] = {}
+@dataclass(frozen=True, slots=True)
+class _RoutePlan:
+    launch: ext.Launch | None  # None: no rows
+    copy: bool  # whether the rows need a contiguous copy
+    ints: tuple[int, int, int, int]  # row stride, rows, E, k
+
+
+_route_plans: ext.PlanCache[tuple, _RoutePlan] = ext.PlanCache("pygpukit_nn.moe.route")
+
+
+def _plan_route(logits: Any, e: int, k: int, renormalize: bool, scoring: str) -> _RoutePlan:
+    lv, ls = _kernels.rows_of(logits)
+    rows = logits.size // e
+    launch = None
+    if rows:
+        kern = _router_kernel(_CTYPES[logits.dtype], _epl(e), SCORINGS.index(scoring), renormalize)
+        launch = kern.launcher(-(-rows // ROUTER_WARPS), ROUTER_WARPS * 32)
+    return _RoutePlan(launch, lv is not logits, (ls, rows, e, k))
 
 
 def kernel_route(logits: Any, k: Any, renormalize: Any = True, scoring: Any = "softmax") -> tuple[gp.GPUArray, gp.GPUArray]:
     e, k = _check_route(logits, k, renormalize, scoring)
-    key = (logits._shape, logits._dtype, logits._strides, k, bool(renormalize), scoring)
-    plan = _router_plans.get(key)
-    if plan is None:
-        kern = _router_kernel(_CTYPES[logits.dtype], _epl(e), SCORINGS.index(scoring), bool(renormalize))
-        lv, ls = _kernels.rows_of(logits)
-        plan = _router_plans[key] = (_fn(kern), logits.size // e, ls, lv is not logits)
-    fn, rows, ls, copy = plan
-    src = logits.copy() if copy else logits
-    stream = current_stream_handle()
+    key = (ext.layout_key(logits), k, bool(renormalize), scoring)
+    plan = _route_plans.get(key) or _route_plans.put(key, _plan_route(logits, e, k, bool(renormalize), scoring))
     out_shape = logits.shape[:-1] + (k,)
-    w = gp.GPUArray._empty(out_shape, np.dtype(gp.float32), stream)
-    ids = gp.GPUArray._empty(out_shape, np.dtype(gp.int32), stream)
-    if rows:
-        params = _ROUTER.pack(src.data_ptr, ls, rows, e, k, w.data_ptr, ids.data_ptr)
-        _launch(fn, (-(-rows // ROUTER_WARPS), 1), ROUTER_WARPS * 32, 0, stream, params)
+    w = ext.empty(out_shape, _F32)
+    ids = ext.empty(out_shape, _I32)
+    if plan.launch is not None:
+        plan.launch(logits.copy() if plan.copy else logits, *plan.ints, w, ids)
     return w, ids
 
 
@@ -376,11 +367,32 @@ def _tiles(n: int, nb: int) -> tuple[int, int]:
     return -(-n // tile_len), tile_len
 
 
-_COUNT = struct.Struct("@PqiqP")
-_SCAN = struct.Struct("@PiiP")
-_RANK = struct.Struct("@PqiqPP")
-_GATHER = struct.Struct("@PqPiiP")
-_perm_plans: dict[tuple, tuple] = {}
+@dataclass(frozen=True, slots=True)
+class _PermutePlan:
+    count: ext.Launch  # per-tile histograms
+    scan: ext.Launch  # their scan: each (tile, expert)'s first row, and offs
+    rank: ext.Launch  # stable ranks: the index map
+    gather: ext.Launch | None  # the rows in expert order (None: no columns)
+    tiles: int
+    tile_len: int
+
+
+_permute_plans: ext.PlanCache[tuple, _PermutePlan] = ext.PlanCache("pygpukit_nn.moe.permute")
+
+
+def _plan_permute(n: int, d: int, e: int, x: Any, xv: Any, xs: int, ids: Any) -> _PermutePlan:
+    nb = e + 1
+    tiles, tile_len = _tiles(n, nb)
+    it = _ITYPES[ids.dtype]
+    count = _count_kernel(it).launcher(tiles, PERM_THREADS, 4 * nb)
+    scan = _scan_kernel().launcher(1, SCAN_THREADS)
+    rank = _rank_kernel(it).launcher(tiles, PERM_THREADS, 4 * (PERM_WARPS + 1) * nb)
+    gather = None
+    if d:
+        vec = _vec(x.dtype, d, xs, xv.data_ptr)
+        cblocks = -(-(d // vec) // (COPY_THREADS * COPY_UNROLL))
+        gather = _gather_kernel(_CTYPES[x.dtype], vec).launcher((n, cblocks), COPY_THREADS)
+    return _PermutePlan(count, scan, rank, gather, tiles, tile_len)
 
 
 def kernel_permute(x: Any, expert_ids: Any, num_experts: Any) -> tuple[gp.GPUArray, gp.GPUArray, gp.GPUArray]:
@@ -391,34 +403,34 @@ def kernel_permute(x: Any, expert_ids: Any, num_experts: Any) -> tuple[gp.GPUArr
     xv, xs = _kernels.rows_of(x)
     ids = expert_ids if expert_ids.is_contiguous else expert_ids.copy()
     key = (n, k, e, d, x.dtype, ids.dtype, xs, xv.data_ptr & 15)
-    plan = _perm_plans.get(key)
-    if plan is None:
-        nb = e + 1
-        tiles, tile_len = _tiles(n, nb)
-        vec = _vec(x.dtype, d, xs, xv.data_ptr)
-        it = _ITYPES[ids.dtype]
-        fns = (_fn(_count_kernel(it)), _fn(_scan_kernel()), _fn(_rank_kernel(it)), _fn(_gather_kernel(_CTYPES[x.dtype], vec)))
-        cblocks = -(-(d // vec) // (COPY_THREADS * COPY_UNROLL))
-        plan = _perm_plans[key] = (fns, tiles, tile_len, cblocks)
-    (count, scan, rank, gather), tiles, tile_len, cblocks = plan
-    stream = current_stream_handle()
-    nb = e + 1
-    counts = gp.GPUArray._empty((tiles * nb,), np.dtype(gp.int32), stream)
-    offs = gp.GPUArray._empty((e,), np.dtype(gp.int32), stream)
-    index_map = gp.GPUArray._empty((n,), np.dtype(gp.int32), stream)
-    out = gp.GPUArray._empty((n, d), x.dtype, stream)
-    _launch(count, (tiles, 1), PERM_THREADS, 4 * nb, stream, _COUNT.pack(ids.data_ptr, n, e, tile_len, counts.data_ptr))
-    _launch(scan, (1, 1), SCAN_THREADS, 0, stream, _SCAN.pack(counts.data_ptr, tiles, e, offs.data_ptr))
-    rank_params = _RANK.pack(ids.data_ptr, n, e, tile_len, counts.data_ptr, index_map.data_ptr)
-    _launch(rank, (tiles, 1), PERM_THREADS, 4 * (PERM_WARPS + 1) * nb, stream, rank_params)
-    if d:
-        _launch(gather, (n, cblocks), COPY_THREADS, 0, stream, _GATHER.pack(xv.data_ptr, xs, index_map.data_ptr, k, d, out.data_ptr))
+    plan = _permute_plans.get(key) or _permute_plans.put(key, _plan_permute(n, d, e, x, xv, xs, ids))
+    stream = ext.current_stream()
+    counts = ext.empty((plan.tiles * (e + 1),), _I32, stream)
+    offs = ext.empty((e,), _I32, stream)
+    index_map = ext.empty((n,), _I32, stream)
+    out = ext.empty((n, d), x.dtype, stream)
+    plan.count(ids, n, e, plan.tile_len, counts)
+    plan.scan(counts, plan.tiles, e, offs)
+    plan.rank(ids, n, e, plan.tile_len, counts, index_map)
+    if plan.gather is not None:
+        plan.gather(xv, xs, index_map, k, d, out)
     return out, offs, index_map
 
 
-_INVERT = struct.Struct("@PqP")
-_COMBINE = struct.Struct("@PqPPiqiP")
-_unperm_plans: dict[tuple, tuple] = {}
+@dataclass(frozen=True, slots=True)
+class _UnpermutePlan:
+    invert: ext.Launch  # the index map's inverse: each assignment's row
+    combine: ext.Launch  # each token's weighted sum over its slots
+
+
+_unpermute_plans: ext.PlanCache[tuple, _UnpermutePlan] = ext.PlanCache("pygpukit_nn.moe.unpermute")
+
+
+def _plan_unpermute(n: int, t: int, d: int, y: Any, yv: Any, ys: int) -> _UnpermutePlan:
+    vec = _vec(y.dtype, d, ys, yv.data_ptr)
+    cblocks = -(-(d // vec) // (COPY_THREADS * COPY_UNROLL))
+    invert = _invert_kernel().launcher(-(-n // 256), 256)
+    return _UnpermutePlan(invert, _combine_kernel(_CTYPES[y.dtype], vec).launcher((t, cblocks), COPY_THREADS))
 
 
 def kernel_unpermute(y: Any, index_map: Any, weights: Any) -> gp.GPUArray:
@@ -428,21 +440,16 @@ def kernel_unpermute(y: Any, index_map: Any, weights: Any) -> gp.GPUArray:
         return gp.zeros((t, d), y.dtype)
     yv, ys = _kernels.rows_of(y)
     key = (n, k, d, y.dtype, ys, yv.data_ptr & 15)
-    plan = _unperm_plans.get(key)
-    if plan is None:
-        vec = _vec(y.dtype, d, ys, yv.data_ptr)
-        cblocks = -(-(d // vec) // (COPY_THREADS * COPY_UNROLL))
-        plan = _unperm_plans[key] = (_fn(_invert_kernel()), _fn(_combine_kernel(_CTYPES[y.dtype], vec)), cblocks)
-    invert, combine, cblocks = plan
-    stream = current_stream_handle()
-    out = gp.GPUArray._empty((t, d), y.dtype, stream)
+    plan = _unpermute_plans.get(key) or _unpermute_plans.put(key, _plan_unpermute(n, t, d, y, yv, ys))
+    stream = ext.current_stream()
+    out = ext.empty((t, d), y.dtype, stream)
     im = index_map.astype(gp.int32, copy=False)
     im = im if im.is_contiguous else im.copy()
     w = weights.astype(gp.float32, copy=False)
     w = w if w.is_contiguous else w.copy()
-    pos = gp.GPUArray._empty((n,), np.dtype(gp.int32), stream)
-    _launch(invert, (-(-n // 256), 1), 256, 0, stream, _INVERT.pack(im.data_ptr, n, pos.data_ptr))
-    _launch(combine, (t, cblocks), COPY_THREADS, 0, stream, _COMBINE.pack(yv.data_ptr, ys, pos.data_ptr, w.data_ptr, k, n, d, out.data_ptr))
+    pos = ext.empty((n,), _I32, stream)
+    plan.invert(im, n, pos)
+    plan.combine(yv, ys, pos, w, k, n, d, out)
     return out
 
 
@@ -456,14 +463,10 @@ def _permute_takes(x: Any, expert_ids: Any, num_experts: Any, *rest: Any) -> boo
 
 
 def register(registry: Any) -> None:
-    kernel_dtypes = ["float32", "float16", "bfloat16"]
-    for op, ref, kern, takes in (
-        ("moe_route", reference_route, kernel_route, _route_takes),
-        ("moe_permute", reference_permute, kernel_permute, _permute_takes),
-        ("moe_unpermute", reference_unpermute, kernel_unpermute, None),
+    for op, public, ref, kern, takes in (
+        ("moe_route", router_topk, reference_route, kernel_route, _route_takes),
+        ("moe_permute", permute, reference_permute, kernel_permute, _permute_takes),
+        ("moe_unpermute", unpermute, reference_unpermute, kernel_unpermute, None),
     ):
-        public = {"moe_route": router_topk, "moe_permute": permute, "moe_unpermute": unpermute}[op]
-        registry.define(op, nkey=1, doc=public.__doc__ or "")
-        for backend in ("cuda", "cpu"):
-            registry.register(op, ref, backend=backend, name="reference")
-        registry.register(op, kern, backend="cuda", dtypes=kernel_dtypes, min_sm=80, priority=10, predicate=takes, name="kernel")
+        ext.register_family(registry, op, nkey=1, doc=public.__doc__ or "", reference=ref, cuda=kern,
+                            dtypes=["float32", "float16", "bfloat16"], min_sm=80, priority=10, predicate=takes)  # fmt: skip

@@ -15,18 +15,17 @@ and one write; its launch is planned once per call signature.
 from __future__ import annotations
 
 import functools
-import struct
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 import pygpukit as gp
-from pygpukit import _runtime
-from pygpukit.streams import current_stream_handle
+from pygpukit import ext
 
-from . import _dispatch, _kernels
+from ._kernels import rows_of
+from .checks import check_affine, check_eps, check_float, check_rows
 
-FLOATS = (np.dtype(gp.float16), np.dtype(gp.bfloat16), np.dtype(gp.float32), np.dtype(gp.float64))
 KERNEL_DTYPES = ["float32", "float16", "bfloat16"]
 _CTYPES = {np.dtype(gp.bfloat16): "pgk::bfloat16", np.dtype(gp.float16): "pgk::half", np.dtype(gp.float32): "float"}
 MAX_NV = 8  # vectors per thread held in registers; longer rows take the re-reading path
@@ -39,24 +38,24 @@ VECS_PER_THREAD = 2  # 16-byte loads a thread keeps in flight (H100 sweep, bench
 
 def rms_norm(x: gp.GPUArray, weight: gp.GPUArray | None, eps: float = 1e-6) -> gp.GPUArray:
     """``x * rsqrt(mean(x**2, axis=-1) + eps) * weight`` (weight (D,) or None)."""
-    return _dispatch.op("rms_norm")(x, weight, eps)
+    return ext.op("rms_norm")(x, weight, eps)
 
 
 def layer_norm(x: gp.GPUArray, weight: gp.GPUArray | None = None, bias: gp.GPUArray | None = None, eps: float = 1e-5) -> gp.GPUArray:
     """``(x - mean) * rsqrt(var + eps) * weight + bias`` over the last axis (biased variance, as torch)."""
-    return _dispatch.op("layer_norm")(x, weight, bias, eps)
+    return ext.op("layer_norm")(x, weight, bias, eps)
 
 
 def add_rms_norm(x: gp.GPUArray, residual: gp.GPUArray, weight: gp.GPUArray | None, eps: float = 1e-6) -> tuple[gp.GPUArray, gp.GPUArray]:
     """``h = x + residual``; returns ``(rms_norm(h, weight, eps), h)`` in one pass."""
-    return _dispatch.op("add_rms_norm")(x, residual, weight, eps)
+    return ext.op("add_rms_norm")(x, residual, weight, eps)
 
 
 def add_layer_norm(
     x: gp.GPUArray, residual: gp.GPUArray, weight: gp.GPUArray | None = None, bias: gp.GPUArray | None = None, eps: float = 1e-5
 ) -> tuple[gp.GPUArray, gp.GPUArray]:
     """``h = x + residual``; returns ``(layer_norm(h, weight, bias, eps), h)`` in one pass."""
-    return _dispatch.op("add_layer_norm")(x, residual, weight, bias, eps)
+    return ext.op("add_layer_norm")(x, residual, weight, bias, eps)
 
 
 def group_norm(
@@ -64,64 +63,25 @@ def group_norm(
 ) -> gp.GPUArray:
     """GroupNorm of x (N, C, *spatial): each sample's C channels form ``num_groups``
     groups normalized together; weight and bias (C,) are per channel (torch's)."""
-    return _dispatch.op("group_norm")(x, num_groups, weight, bias, eps)
+    return ext.op("group_norm")(x, num_groups, weight, bias, eps)
 
 
 # -- checks --------------------------------------------------------------------------
 
 
-def _check_float(op: str, name: str, a: Any) -> None:
-    if not isinstance(a, gp.GPUArray):
-        raise TypeError(f"{op}: {name} must be a GPUArray, got {type(a).__name__}")
-    if a.dtype not in FLOATS:
-        raise TypeError(f"{op}: {name} must be float16, bfloat16, float32 or float64, got {a.dtype}")
-
-
-def _check_affine(op: str, name: str, a: Any, size: int) -> None:
-    if a is None:
-        return
-    _check_float(op, name, a)
-    if a.shape != (size,):
-        raise ValueError(f"{op}: {name} must have shape ({size},), got {a.shape}")
-
-
-def _check_eps(op: str, eps: Any) -> float:
-    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps >= 0:
-        raise ValueError(f"{op}: eps must be a non-negative number, got {eps!r}")
-    return float(eps)
-
-
-def _check_rows(op: str, x: Any, residual: Any, weight: Any, bias: Any, eps: Any) -> float:
-    """Checks of the last-axis norms; returns eps as a float."""
-    _check_float(op, "x", x)
-    if x.ndim == 0:
-        raise ValueError(f"{op}: x must have at least one axis, got a 0-d array")
-    if residual is not None:
-        _check_float(op, "residual", residual)
-        if residual.shape != x.shape or residual.dtype != x.dtype:
-            raise ValueError(f"{op}: residual must match x's shape {x.shape} and dtype {x.dtype}, got {residual.shape} {residual.dtype}")
-    _check_affine(op, "weight", weight, x.shape[-1])
-    _check_affine(op, "bias", bias, x.shape[-1])
-    return _check_eps(op, eps)
-
-
 def _check_groups(x: Any, num_groups: Any, weight: Any, bias: Any, eps: Any) -> float:
-    _check_float("group_norm", "x", x)
+    check_float("group_norm", "x", x)
     if x.ndim < 2:
         raise ValueError(f"group_norm: x must be (N, C, *spatial), got shape {x.shape}")
     c = x.shape[1]
     if isinstance(num_groups, bool) or not isinstance(num_groups, (int, np.integer)) or num_groups < 1 or c % num_groups:
         raise ValueError(f"group_norm: num_groups must be a positive divisor of the {c} channels, got {num_groups!r}")
-    _check_affine("group_norm", "weight", weight, c)
-    _check_affine("group_norm", "bias", bias, c)
-    return _check_eps("group_norm", eps)
+    check_affine("group_norm", "weight", weight, c)
+    check_affine("group_norm", "bias", bias, c)
+    return check_eps("group_norm", eps)
 
 
 # -- reference (any backend, any float dtype) -----------------------------------------
-
-
-def _compute_dtype(dt: np.dtype) -> Any:
-    return gp.float64 if dt == np.float64 else gp.float32
 
 
 def _normalize(h: gp.GPUArray, axes: tuple[int, ...], layer: bool, eps: float) -> gp.GPUArray:
@@ -140,33 +100,33 @@ def _affine(v: gp.GPUArray, weight: Any, bias: Any, shape: tuple[int, ...]) -> g
 
 
 def _reference_rows(x: Any, residual: Any, weight: Any, bias: Any, eps: float, layer: bool) -> tuple[gp.GPUArray, Any]:
-    cdt = _compute_dtype(x.dtype)
+    cdt = ext.compute_dtype(x.dtype)
     h = x if residual is None else (x.astype(cdt) + residual.astype(cdt)).astype(x.dtype)
     y = _affine(_normalize(h.astype(cdt), (-1,), layer, eps), weight, bias, (x.shape[-1],))
     return y.astype(x.dtype), h
 
 
 def reference_rms_norm(x: Any, weight: Any, eps: float = 1e-6) -> gp.GPUArray:
-    return _reference_rows(x, None, weight, None, _check_rows("rms_norm", x, None, weight, None, eps), False)[0]
+    return _reference_rows(x, None, weight, None, check_rows("rms_norm", x, None, weight, None, eps), False)[0]
 
 
 def reference_layer_norm(x: Any, weight: Any = None, bias: Any = None, eps: float = 1e-5) -> gp.GPUArray:
-    return _reference_rows(x, None, weight, bias, _check_rows("layer_norm", x, None, weight, bias, eps), True)[0]
+    return _reference_rows(x, None, weight, bias, check_rows("layer_norm", x, None, weight, bias, eps), True)[0]
 
 
 def reference_add_rms_norm(x: Any, residual: Any, weight: Any, eps: float = 1e-6) -> tuple[gp.GPUArray, gp.GPUArray]:
-    return _reference_rows(x, residual, weight, None, _check_rows("add_rms_norm", x, residual, weight, None, eps), False)
+    return _reference_rows(x, residual, weight, None, check_rows("add_rms_norm", x, residual, weight, None, eps), False)
 
 
 def reference_add_layer_norm(x: Any, residual: Any, weight: Any = None, bias: Any = None, eps: float = 1e-5) -> tuple[Any, Any]:
-    return _reference_rows(x, residual, weight, bias, _check_rows("add_layer_norm", x, residual, weight, bias, eps), True)
+    return _reference_rows(x, residual, weight, bias, check_rows("add_layer_norm", x, residual, weight, bias, eps), True)
 
 
 def reference_group_norm(x: Any, num_groups: int, weight: Any = None, bias: Any = None, eps: float = 1e-5) -> gp.GPUArray:
     e = _check_groups(x, num_groups, weight, bias, eps)
     n, c = x.shape[:2]
     spatial = x.shape[2:]
-    g = x.astype(_compute_dtype(x.dtype)).reshape(n, num_groups, -1)
+    g = x.astype(ext.compute_dtype(x.dtype)).reshape(n, num_groups, -1)
     y = _normalize(g, (-1,), True, e).reshape(n, c, *spatial)
     return _affine(y, weight, bias, (c,) + (1,) * len(spatial)).astype(x.dtype)
 
@@ -177,8 +137,8 @@ def reference_group_norm(x: Any, num_groups: int, weight: Any = None, bias: Any 
 @functools.cache
 def _kernel(ct: str, wt: str, vec: int, nv: int, mode: int, resid: bool, has_w: bool, has_b: bool, group: bool, threads: int) -> Any:
     flags = ", ".join("true" if f else "false" for f in (resid, has_w, has_b, group))
-    return gp.jit(
-        _kernels.source("norms"),
+    return ext.Kernel(
+        ext.kernel_source(__name__, "norms"),
         f"pgk::norm_rows<{ct}, {wt}, {vec}, {nv}, {mode}, {flags}, {threads}>",
         signature="const void* x, long long xs, const void* res, long long rs, void* h, const void* w, const void* b, void* y, "
         "long long rows, int n, int groups, int chan_len, float eps",
@@ -200,44 +160,43 @@ def launch_shape(n: int, vec: int) -> tuple[int, int, int]:
     return tpr, nv, (max(1, ROW_THREADS // tpr) if tpr <= 32 else 1)
 
 
-_PARAMS = struct.Struct("@PqPqPPPPqiiif")
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """A planned norm_rows launch (None: no rows) and its scalar arguments."""
+
+    launch: ext.Launch | None
+    rows: int
+    n: int
+    xs: int  # x's row stride, in elements
+    rs: int  # the residual's row stride
+    groups: int
+    chan_len: int
 
 
-def _sig(a: Any, align: int) -> Any:
-    """What a plan depends on in one argument: shape, strides, dtype, alignment."""
-    return None if a is None else (a._shape, a._strides, a._dtype, a._ptr % align)
+# Launches planned by call signature: (op, layouts of x, residual, weight,
+# bias). Only calls that need no copy or cast are planned, so a hit launches
+# straight away.
+_plans: ext.PlanCache[tuple, _Plan] = ext.PlanCache("pygpukit_nn.norms")
 
 
-# Launches planned by call signature: (op, signatures of x, residual, weight,
-# bias) -> (function, threads per row, rows per block, rows, n, x's row
-# stride, residual's row stride, groups, channel length). Only calls that need
-# no copy or cast are planned, so a hit launches straight away.
-_plans: dict[tuple, tuple[int, int, int, int, int, int, int, int, int]] = {}
-
-
-def _launch(plan: tuple, x: Any, res: Any, w: Any, b: Any, eps: float) -> tuple[gp.GPUArray, Any]:
-    fn, dep, tpr, by, rows, n, xs, rs, groups, chan_len = plan
-    stream = current_stream_handle()
-    y = gp.GPUArray._empty(x._shape, x._dtype, stream)
-    h = None if res is None else gp.GPUArray._empty(x._shape, x._dtype, stream)
-    if rows:
-        params = _PARAMS.pack(
-            x._ptr, xs, 0 if res is None else res._ptr, rs, 0 if h is None else h._ptr,
-            0 if w is None else w._ptr, 0 if b is None else b._ptr, y._ptr, rows, n, groups, chan_len, eps,
-        )  # fmt: skip
-        _runtime.get().native.launch(fn, -(-rows // by), 1, 1, tpr, by, 1, 0, stream, params, dep)
+def _launch(plan: _Plan, x: Any, res: Any, w: Any, b: Any, eps: float) -> tuple[gp.GPUArray, Any]:
+    stream = ext.current_stream()
+    y = ext.empty(x.shape, x.dtype, stream)
+    h = None if res is None else ext.empty(x.shape, x.dtype, stream)
+    if plan.launch is not None:
+        plan.launch(x, plan.xs, res, plan.rs, h, w, b, y, plan.rows, plan.n, plan.groups, plan.chan_len, eps)
     return y, h
 
 
 def _run(op: str, x: Any, res: Any, weight: Any, bias: Any, eps: float, rows: int, n: int, groups: int = 1, chan_len: int = 1) -> tuple:
     """Plan (once per call signature) and launch norm_rows over ``rows`` rows of n
     elements; returns (y, h or None). Callers have checked the arguments."""
-    key = (op, _sig(x, 16), _sig(res, 16), _sig(weight, 32), _sig(bias, 32))
+    key = (op, ext.layout_key(x, 16), ext.layout_key(res, 16), ext.layout_key(weight, 32), ext.layout_key(bias, 32))
     plan = _plans.get(key)
     if plan is not None:
         return _launch(plan, x, res, weight, bias, eps)
-    xv, xs = _kernels.rows_of(x)
-    rv, rs = _kernels.rows_of(res) if res is not None else (None, 0)
+    xv, xs = rows_of(x)
+    rv, rs = rows_of(res) if res is not None else (None, 0)
     dt, item = x.dtype, x.dtype.itemsize
     # Weight and bias: both in x's dtype or both float32, contiguous, read VEC at a time.
     wdt = dt if all(a is None or a.dtype == dt for a in (weight, bias)) else np.dtype(np.float32)
@@ -251,33 +210,35 @@ def _run(op: str, x: Any, res: Any, weight: Any, bias: Any, eps: float, rows: in
     ):  # fmt: skip
         vec //= 2
     w, b = (a if a is None or a.is_contiguous else a.copy() for a in (w, b))
-    tpr, nv, by = launch_shape(n, vec)
-    kern = _kernel(_CTYPES[dt], _CTYPES[wdt], vec, nv, 1 if "layer" in op or op == "group_norm" else 0, rv is not None,
-                   w is not None, b is not None, op == "group_norm", tpr * by)  # fmt: skip
-    rt = _runtime.get()
-    plan = (kern._function(rt), kern.dependent(rt), tpr, by, rows, n, xs, rs, groups, chan_len)
+    launch = None
+    if rows:
+        tpr, nv, by = launch_shape(n, vec)
+        kern = _kernel(_CTYPES[dt], _CTYPES[wdt], vec, nv, 1 if "layer" in op or op == "group_norm" else 0, rv is not None,
+                       w is not None, b is not None, op == "group_norm", tpr * by)  # fmt: skip
+        launch = kern.launcher(-(-rows // by), (tpr, by))
+    plan = _Plan(launch, rows, n, xs, rs, groups, chan_len)
     if xv is x and rv is res and w is weight and b is bias:
-        _plans[key] = plan
+        _plans.put(key, plan)
     return _launch(plan, xv, rv, w, b, eps)
 
 
 def kernel_rms_norm(x: Any, weight: Any, eps: float = 1e-6) -> gp.GPUArray:
-    e = _check_rows("rms_norm", x, None, weight, None, eps)
+    e = check_rows("rms_norm", x, None, weight, None, eps)
     return _run("rms_norm", x, None, weight, None, e, x.size // x.shape[-1], x.shape[-1])[0]
 
 
 def kernel_layer_norm(x: Any, weight: Any = None, bias: Any = None, eps: float = 1e-5) -> gp.GPUArray:
-    e = _check_rows("layer_norm", x, None, weight, bias, eps)
+    e = check_rows("layer_norm", x, None, weight, bias, eps)
     return _run("layer_norm", x, None, weight, bias, e, x.size // x.shape[-1], x.shape[-1])[0]
 
 
 def kernel_add_rms_norm(x: Any, residual: Any, weight: Any, eps: float = 1e-6) -> tuple[gp.GPUArray, gp.GPUArray]:
-    e = _check_rows("add_rms_norm", x, residual, weight, None, eps)
+    e = check_rows("add_rms_norm", x, residual, weight, None, eps)
     return _run("add_rms_norm", x, residual, weight, None, e, x.size // x.shape[-1], x.shape[-1])
 
 
 def kernel_add_layer_norm(x: Any, residual: Any, weight: Any = None, bias: Any = None, eps: float = 1e-5) -> tuple[Any, Any]:
-    e = _check_rows("add_layer_norm", x, residual, weight, bias, eps)
+    e = check_rows("add_layer_norm", x, residual, weight, bias, eps)
     return _run("add_layer_norm", x, residual, weight, bias, e, x.size // x.shape[-1], x.shape[-1])
 
 
@@ -304,7 +265,7 @@ def register(registry: Any) -> None:
         ("group_norm", 1, reference_group_norm, kernel_group_norm),
     )
     for op, nkey, ref, kern in ops:
-        registry.define(op, nkey=nkey, doc=globals()[op].__doc__ or "")
-        for backend in ("cuda", "cpu"):
-            registry.register(op, ref, backend=backend, name="reference")
-        registry.register(op, kern, backend="cuda", dtypes=KERNEL_DTYPES, min_sm=80, priority=10, predicate=_kernel_dtypes, name="kernel")
+        ext.register_family(
+            registry, op, nkey=nkey, doc=globals()[op].__doc__ or "", reference=ref, cuda=kern, dtypes=KERNEL_DTYPES, min_sm=80,
+            predicate=_kernel_dtypes,
+        )  # fmt: skip

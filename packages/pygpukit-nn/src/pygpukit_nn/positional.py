@@ -30,25 +30,20 @@ float64, and a float64 cache run the reference (core array ops).
 from __future__ import annotations
 
 import math
-import os
-import struct
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
 import numpy as np
 
 import pygpukit as gp
-from pygpukit import _runtime
-from pygpukit.streams import current_stream_handle
+from pygpukit import ext
 
-from . import _dispatch
-from ._checks import is_int
+from .checks import ROPE_LAYOUTS as LAYOUTS
+from .checks import check_rope, is_int
 
-LAYOUTS = ("neox", "gptj")
 ROPE_TYPES = ("default", "linear", "dynamic", "llama3", "yarn")
-_FLOATS = (np.dtype(gp.float16), np.dtype(gp.bfloat16), np.dtype(gp.float32), np.dtype(gp.float64))
-_INDEX = (np.dtype(np.int32), np.dtype(np.int64))
 _CTYPES = {np.dtype(gp.bfloat16): "pgk::bfloat16", np.dtype(gp.float16): "pgk::half", np.dtype(gp.float32): "float"}
 _F32 = np.dtype(np.float32)
 
@@ -309,61 +304,13 @@ class RotaryEmbedding:
 # -- rope op ----------------------------------------------------------------------------------------
 
 
-def _no_broadcast(x: gp.GPUArray, name: str) -> None:
-    if x.size and any(st == 0 and n > 1 for st, n in zip(x.strides, x.shape)):
-        raise ValueError(f"rope: {name} must not be a broadcast view (it is written in place), got strides {x.strides}")
-
-
-def _check_rope(q: Any, k: Any, cos_sin: Any, positions: Any, layout: Any, rotary_dim: Any) -> tuple[tuple[int, ...], int]:
-    """Validate the rope operands; returns (the leading shape (T,) or (B, S), rotary_dim / 2)."""
-    if not isinstance(q, gp.GPUArray):
-        raise TypeError(f"rope: q must be a GPUArray, got {type(q).__name__}")
-    if q.dtype not in _FLOATS:
-        raise TypeError(f"rope: q must be float16, bfloat16, float32 or float64, got {q.dtype}")
-    if q.ndim not in (3, 4):
-        raise ValueError(f"rope: q must be (T, heads, head_dim) or (B, S, heads, head_dim), got shape {q.shape}")
-    lead, d = q.shape[:-2], q.shape[-1]
-    if k is not None:
-        if not isinstance(k, gp.GPUArray):
-            raise TypeError(f"rope: k must be a GPUArray or None, got {type(k).__name__}")
-        if k.dtype != q.dtype:
-            raise TypeError(f"rope: k must have q's dtype {q.dtype}, got {k.dtype}")
-        if k.ndim != q.ndim or k.shape[:-2] != lead or k.shape[-1] != d:
-            raise ValueError(f"rope: k must be {(*lead, 'heads', d)} like q {q.shape}, got shape {k.shape}")
-        _no_broadcast(k, "k")
-    _no_broadcast(q, "q")
-    if not isinstance(cos_sin, gp.GPUArray):
-        raise TypeError(f"rope: cos_sin must be a GPUArray, got {type(cos_sin).__name__}")
-    if cos_sin.dtype not in (_F32, np.dtype(np.float64)):
-        raise TypeError(f"rope: cos_sin must be float32 (or float64), got {cos_sin.dtype}")
-    if cos_sin.ndim != 3 or cos_sin.shape[1] != 2:
-        raise ValueError(f"rope: cos_sin must be (max_positions, 2, rotary_dim / 2), got shape {cos_sin.shape}")
-    if layout not in LAYOUTS:
-        raise ValueError(f"rope: layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
-    if not is_int(rotary_dim):
-        raise TypeError(f"rope: rotary_dim must be an int, got {type(rotary_dim).__name__}")
-    if rotary_dim % 2 or not 2 <= rotary_dim <= d or rotary_dim != 2 * cos_sin.shape[2]:
-        raise ValueError(
-            f"rope: rotary_dim must be even, in [2, head_dim={d}] and twice cos_sin's last axis ({cos_sin.shape[2]}), got {rotary_dim}"
-        )
-    if not isinstance(positions, gp.GPUArray):
-        raise TypeError(f"rope: positions must be a GPUArray, got {type(positions).__name__}")
-    if positions.dtype not in _INDEX:
-        raise TypeError(f"rope: positions must be int32 or int64, got {positions.dtype}")
-    if positions.shape != lead and positions.shape != lead[-1:]:
-        want = f"{lead}" if len(lead) == 1 else f"{lead} or {lead[-1:]}"
-        raise ValueError(f"rope: positions must have shape {want} for q of shape {q.shape}, got {positions.shape}")
-    return lead, int(rotary_dim) // 2
-
-
 def reference(q: Any, k: Any, cos_sin: Any, positions: Any, layout: str, rotary_dim: int) -> tuple[gp.GPUArray, gp.GPUArray | None]:
     """RoPE in place with core array ops (any backend, any float dtype)."""
-    lead, half = _check_rope(q, k, cos_sin, positions, layout, rotary_dim)
+    lead, half = check_rope(q, k, cos_sin, positions, layout, rotary_dim)
     n = cos_sin.shape[0]
     if math.prod(lead) == 0 or n == 0:
         return q, k
-    wide = np.dtype(np.float64) in (q.dtype, cos_sin.dtype)
-    cdt = gp.float64 if wide else gp.float32
+    cdt = ext.compute_dtype(cos_sin.dtype if cos_sin.dtype == np.float64 else q.dtype)  # a float64 cache computes in float64
     table = cos_sin.astype(cdt, copy=False)
     pos = positions if positions.shape == lead else gp.broadcast_to(positions, lead)
     valid = (pos >= 0) & (pos < n)  # positions outside the table leave the token as it is
@@ -388,7 +335,6 @@ _SIGNATURE = (
     "void* q, void* k, const float* cs, const void* pos, long long qb, long long qs, long long qh, long long kb, long long ks, "
     "long long kh, long long pb, long long ps, int pos64, int seq, int tokens, int hq, int hk, int half, int max_pos"
 )
-_PARAMS = struct.Struct("@PPPPqqqqqqqqiiiiiii")  # the kernel's parameters, in the CUDA ABI layout
 _INT_MAX = 2**31 - 1
 # items (16-byte accesses of one head) per thread, their loads in flight together, by layout (fastest on an H100)
 ROPE_ITEMS = {"neox": 2, "gptj": 4}
@@ -403,11 +349,9 @@ def vec_choices(itemsize: int, layout: str) -> tuple[int, ...]:
 @cache
 def rope_kernel(ctype: str, vec: int, layout: str) -> Any:
     """The kernel for element type ``ctype``, ``vec`` elements per access and ``layout``."""
-    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels", "rope.cu")) as f:
-        source = f.read()
     gptj = "true" if layout == "gptj" else "false"
-    return gp.jit(
-        source,
+    return ext.Kernel(
+        ext.kernel_source(__name__, "rope"),
         f"pgk::rope_inplace<{ctype}, {vec}, {gptj}, {ROPE_ITEMS[layout]}>",
         signature=_SIGNATURE,
         name="rope.cu",
@@ -426,23 +370,35 @@ def _elem_strides(x: gp.GPUArray, lead_ndim: int) -> tuple[int, int, int] | None
     return (0, e[0], e[1]) if lead_ndim == 1 else (e[0], e[1], e[2])
 
 
-def _plan(q: Any, k: Any, cos_sin: Any, positions: Any, layout: str, rotary_dim: int) -> tuple | None:
-    """(kernel, grid, block, the launch's scalar parameters) when the kernel takes
-    these operands, else None (the reference serves, and reports bad input)."""
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """Whether the kernel takes a call's operands; if it does, its launch (None:
+    nothing to rotate) and the launch's scalar arguments."""
+
+    fits: bool
+    launch: ext.Launch | None = None
+    scalars: tuple[int, ...] = ()
+
+
+_UNFIT = _Plan(False)  # the reference serves (and reports bad input)
+
+
+def _plan(q: Any, k: Any, cos_sin: Any, positions: Any, layout: str, rotary_dim: int) -> _Plan:
+    """The kernel's plan for these operands, or _UNFIT when it does not take them."""
     try:
-        lead, half = _check_rope(q, k, cos_sin, positions, layout, rotary_dim)
+        lead, half = check_rope(q, k, cos_sin, positions, layout, rotary_dim)
     except (TypeError, ValueError):
-        return None
+        return _UNFIT
     if q.dtype not in _CTYPES or cos_sin.dtype != _F32 or not cos_sin.is_contiguous or cos_sin.data_ptr % 16:
-        return None
+        return _UNFIT
     tokens = math.prod(lead)
     if tokens > _INT_MAX or cos_sin.shape[0] > _INT_MAX:
-        return None
+        return _UNFIT
     qst = _elem_strides(q, len(lead))
     kst = (0, 0, 0) if k is None else _elem_strides(k, len(lead))
     pis = positions.itemsize
     if qst is None or kst is None or any(s % pis for s in positions.strides):
-        return None
+        return _UNFIT
     pst = [0 if n == 1 else s // pis for s, n in zip(positions.strides, positions.shape)]
     pb, ps = (0, pst[0]) if positions.ndim == 1 else (pst[0], pst[1])
     isz = q.itemsize
@@ -454,62 +410,47 @@ def _plan(q: Any, k: Any, cos_sin: Any, positions: Any, layout: str, rotary_dim:
         if half % pairs == 0 and all(v % (vec * isz) == 0 for v in byte_values):
             break
     else:
-        return None
+        return _UNFIT
     hq, hk = q.shape[-2], 0 if k is None else k.shape[-2]
     items = (hq + hk) * (half // pairs)
+    if not items:
+        return _Plan(True)
     bx = min(max(-(-items // (32 * ROPE_ITEMS[layout])) * 32, 32), 512)
     by = max(1, min(ROPE_THREADS // bx, tokens))
     seq = lead[-1]
     scalars = (*qst, *kst, pb, ps, int(positions.dtype == np.int64), seq, tokens, hq, hk, half, cos_sin.shape[0])
-    grid = -(-tokens // by) if items else 0  # 0: nothing to rotate
-    return rope_kernel(_CTYPES[q.dtype], vec, layout), grid, (bx, by), scalars
+    launch = rope_kernel(_CTYPES[q.dtype], vec, layout).launcher(-(-tokens // by), (bx, by)) if tokens else None
+    return _Plan(True, launch, scalars)
 
 
 # Plans by call signature: a repeated call skips validation and planning.
-_plans: dict[tuple, tuple | None] = {}
-_PLANS_MAX = 4096
+_plans: ext.PlanCache[tuple, _Plan] = ext.PlanCache("pygpukit_nn.positional.rope")
 
 
-def _key(q: Any, k: Any, cos_sin: Any, positions: Any, layout: Any, rotary_dim: Any) -> tuple:
-    kkey = None if k is None else (k._shape, k._strides, k._dtype, k._ptr & 15)
-    return (
-        q._shape, q._strides, q._dtype, q._ptr & 15, kkey, cos_sin._shape, cos_sin._dtype, cos_sin._contig, cos_sin._ptr & 15,
-        positions._shape, positions._strides, positions._dtype, layout, rotary_dim,
-    )  # fmt: skip
-
-
-def _lookup(args: tuple) -> tuple | None:
-    key = _key(*args)
-    try:
-        return _plans[key]
-    except KeyError:
-        pass
-    if len(_plans) >= _PLANS_MAX:
-        _plans.clear()
-    plan = _plans[key] = _plan(*args)
+def _lookup(q: Any, k: Any, cos_sin: Any, positions: Any, layout: Any, rotary_dim: Any) -> _Plan:
+    """The plan of a call (positions at any address: the kernel needs no alignment of them)."""
+    key = (ext.layout_key(q), ext.layout_key(k), ext.layout_key(cos_sin), ext.layout_key(positions, 1), layout, rotary_dim)
+    plan = _plans.get(key)
+    if plan is None:
+        plan = _plans.put(key, _plan(q, k, cos_sin, positions, layout, rotary_dim))
     return plan
 
 
 def kernel_fits(q: Any, k: Any, cos_sin: Any, positions: Any, layout: Any, rotary_dim: Any) -> bool:
     """Predicate of the kernel: operands it takes as they are (see the module docstring)."""
     try:
-        return _lookup((q, k, cos_sin, positions, layout, rotary_dim)) is not None
+        return _lookup(q, k, cos_sin, positions, layout, rotary_dim).fits
     except (AttributeError, TypeError):  # not arrays, or an unhashable argument: the reference reports it
         return False
 
 
 def rope_cuda(q: Any, k: Any, cos_sin: Any, positions: Any, layout: str, rotary_dim: int) -> tuple[gp.GPUArray, gp.GPUArray | None]:
     """RoPE on q and k in one launch of ``kernels/rope.cu``."""
-    plan = _lookup((q, k, cos_sin, positions, layout, rotary_dim))
-    if plan is None:  # only when called directly, past the predicate
+    plan = _lookup(q, k, cos_sin, positions, layout, rotary_dim)
+    if not plan.fits:  # only when called directly, past the predicate
         return reference(q, k, cos_sin, positions, layout, rotary_dim)
-    kern, grid, (bx, by), scalars = plan
-    if grid == 0:
-        return q, k
-    rt = _runtime.get()
-    params = _PARAMS.pack(q._ptr, 0 if k is None else k._ptr, cos_sin._ptr, positions._ptr, *scalars)
-    fn = kern._fn.get(rt.sm) or kern._function(rt)
-    rt.native.launch(fn, grid, 1, 1, bx, by, 1, 0, current_stream_handle(), params, kern.dependent(rt))
+    if plan.launch is not None:
+        plan.launch(q, k, cos_sin, positions, *plan.scalars)
     return q, k
 
 
@@ -556,7 +497,7 @@ def apply_rope(
     """
     if rotary_dim is None and isinstance(cos_sin, gp.GPUArray) and cos_sin.ndim == 3:
         rotary_dim = 2 * cos_sin.shape[2]
-    return _dispatch.op("rope")(q, k, cos_sin, _device_positions(positions, cos_sin), layout, rotary_dim)
+    return ext.op("rope")(q, k, cos_sin, _device_positions(positions, cos_sin), layout, rotary_dim)
 
 
 # -- ALiBi ------------------------------------------------------------------------------------------
@@ -592,7 +533,7 @@ def alibi_bias(slopes: Any, q_len: int, k_len: int, dtype: Any = gp.float32) -> 
     for name, v in (("q_len", q_len), ("k_len", k_len)):
         if not is_int(v) or v < 0:
             raise ValueError(f"alibi_bias: {name} must be an int >= 0, got {v!r}")
-    dt = np.dtype(gp.float64) if np.dtype(dtype) == np.float64 else _F32
+    dt = ext.compute_dtype(dtype)
     rel = gp.arange(k_len)[None, :] - (gp.arange(q_len) + (k_len - q_len))[:, None]
     return (slopes.astype(dt, copy=False)[:, None, None] * rel.astype(dt)[None]).astype(dtype, copy=False)
 
@@ -601,9 +542,7 @@ def alibi_bias(slopes: Any, q_len: int, k_len: int, dtype: Any = gp.float32) -> 
 
 
 def register(registry: Any) -> None:
-    registry.define("rope", nkey=1, doc=__doc__ or "")
-    for backend in ("cuda", "cpu"):
-        registry.register("rope", reference, backend=backend, name="reference")
-    registry.register(
-        "rope", rope_cuda, backend="cuda", dtypes=list(_CTYPES), min_sm=80, priority=10, predicate=kernel_fits, name="kernel",
+    ext.register_family(
+        registry, "rope", nkey=1, doc=__doc__ or "", reference=reference, cuda=rope_cuda, dtypes=list(_CTYPES), min_sm=80,
+        predicate=kernel_fits,
     )  # fmt: skip

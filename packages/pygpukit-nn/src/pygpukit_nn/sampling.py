@@ -59,19 +59,17 @@ from __future__ import annotations
 
 import functools
 import numbers
-import struct
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 import pygpukit as gp
-from pygpukit import _runtime
-from pygpukit.streams import current_stream_handle
+from pygpukit import ext
 
-from . import _dispatch, _kernels
-from ._checks import is_int
+from ._kernels import rows_of
+from .checks import FLOATS, is_int
 
-FLOATS = (np.dtype(gp.float16), np.dtype(gp.bfloat16), np.dtype(gp.float32), np.dtype(gp.float64))
 KERNEL_DTYPES = ["float32", "float16", "bfloat16"]
 _CTYPES = {np.dtype(gp.bfloat16): "pgk::bfloat16", np.dtype(gp.float16): "pgk::half", np.dtype(gp.float32): "float"}
 _ID_CTYPES = {np.dtype(gp.int32): "int", np.dtype(gp.int64): "long long"}
@@ -107,7 +105,7 @@ def sample(
     for pygpukit.random's global generator.
     """
     gen, key, offset = _generator(generator)
-    token = _dispatch.op("sample")(logits, 0.0 if greedy else temperature, top_k, top_p, min_p, key, offset)
+    token = ext.op("sample")(logits, 0.0 if greedy else temperature, top_k, top_p, min_p, key, offset)
     gen.state = {"bit_generator": gp.random.BIT_GENERATOR, "key": key, "offset": (offset + 1) & ((1 << 128) - 1)}
     return token
 
@@ -137,7 +135,7 @@ def apply_penalties(
     if ids is not None:
         _check_logits("apply_penalties", logits)
         counts = token_counts(ids, logits.shape[1], pad_id)
-    return _dispatch.op("apply_penalties")(logits, counts, repetition_penalty, presence_penalty, frequency_penalty, out)
+    return ext.op("apply_penalties")(logits, counts, repetition_penalty, presence_penalty, frequency_penalty, out)
 
 
 def token_counts(ids: gp.GPUArray, vocab_size: int, pad_id: int = -1) -> gp.GPUArray:
@@ -145,7 +143,7 @@ def token_counts(ids: gp.GPUArray, vocab_size: int, pad_id: int = -1) -> gp.GPUA
     int32 (B, vocab_size). Entries equal to ``pad_id`` are skipped; other ids
     must lie in [0, vocab_size) (the reference raises ValueError; the kernel,
     which does not read them back, skips them)."""
-    return _dispatch.op("token_counts")(ids, vocab_size, pad_id)
+    return ext.op("token_counts")(ids, vocab_size, pad_id)
 
 
 # -- checks --------------------------------------------------------------------------
@@ -315,7 +313,7 @@ def reference_sample(logits: Any, temperature: Any, top_k: Any, top_p: Any, min_
 def reference_apply_penalties(logits: Any, counts: Any, rep: Any, pres: Any, freq: Any, out: Any = None) -> gp.GPUArray:
     """The penalties as gp operations in float32 (float64 for float64 logits)."""
     b, _, r, pr, fq = _check_penalties(logits, counts, rep, pres, freq, out)
-    cdt = gp.float64 if logits.dtype == np.float64 else gp.float32
+    cdt = ext.compute_dtype(logits.dtype)
     x = logits.astype(cdt)
     seen = counts > 0
     rc = _col(r, b, cdt)
@@ -348,8 +346,8 @@ def reference_token_counts(ids: Any, vocab_size: int, pad_id: int = -1) -> gp.GP
 
 @functools.cache
 def _sample_kernel(ct: str, aligned: bool) -> Any:
-    return gp.jit(
-        _kernels.source("sampling"),
+    return ext.Kernel(
+        ext.kernel_source(__name__, "sampling"),
         f"pgk::sample_rows<{ct}, {'true' if aligned else 'false'}>",
         signature="const void* logits, long long stride, int V, int bpr, int chunk_q, const void* temps, float temp_s, "
         "const void* topks, int topk_s, const void* topps, float topp_s, const void* minps, float minp_s, "
@@ -360,8 +358,8 @@ def _sample_kernel(ct: str, aligned: bool) -> Any:
 
 @functools.cache
 def _penalties_kernel(ct: str) -> Any:
-    return gp.jit(
-        _kernels.source("sampling"),
+    return ext.Kernel(
+        ext.kernel_source(__name__, "sampling"),
         f"pgk::apply_penalties<{ct}>",
         signature="const void* logits, long long ls, const void* counts, long long cs, void* out, long long os, int V, long long rows, "
         "const void* reps, float rep_s, const void* pres, float pres_s, const void* freqs, float freq_s",
@@ -371,8 +369,8 @@ def _penalties_kernel(ct: str) -> Any:
 
 @functools.cache
 def _counts_kernel(ct: str) -> Any:
-    return gp.jit(
-        _kernels.source("sampling"),
+    return ext.Kernel(
+        ext.kernel_source(__name__, "sampling"),
         f"pgk::token_counts<{ct}>",
         signature="const void* ids, long long is, int L, long long rows, int V, long long pad, void* counts",
         name="sampling.cu",
@@ -392,86 +390,91 @@ def blocks_per_row(b: int, v: int, sms: int) -> int:
     return max(1, min(MAX_PARTS, sms // b, _cdiv(_cdiv(v, 4), MIN_QUADS)))
 
 
-_SAMPLE_PARAMS = struct.Struct("@PqiiiPfPiPfPfIIIIPPPP")
 _PART_BYTES = 24  # sizeof(SamplePart)
-# Planned launches by call signature: (function, blocks per row, quads per block, bytes zeroed, ghist offset, parts offset, bytes).
-_plans: dict[tuple, tuple[int, int, int, int, int, int, int]] = {}
 
 
-def _plan(b: int, v: int, dt: np.dtype, aligned: bool, topk: bool) -> tuple[int, int, int, int, int, int, int]:
-    key = (b, v, dt, aligned, topk)
-    plan = _plans.get(key)
-    if plan is None:
-        rt = _runtime.get()
-        bpr = blocks_per_row(b, v, rt.props["multiprocessor_count"])
-        chunk_q = _cdiv(_cdiv(v, 4), bpr)
-        sync_bytes = _cdiv(4 * b, 256) * 256
-        ghist_bytes = b * dt.itemsize * 1024 if topk else 0  # rows x digit passes (key bytes) x 256 bins x 4 bytes
-        zeroed = sync_bytes + ghist_bytes
-        total = zeroed + b * 2 * bpr * _PART_BYTES
-        fn = _sample_kernel(_CTYPES[dt], aligned)._function(rt)
-        plan = _plans[key] = (fn, bpr, chunk_q, zeroed, sync_bytes, zeroed, total)
-    return plan
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """A planned sample_rows launch: blocks per row, quads per block, and the
+    scratch it needs (bytes in all; the barrier counters first, then the top-k
+    histograms at ``ghist``, both zeroed, then the partials at ``parts``)."""
+
+    launch: ext.Launch
+    bpr: int
+    chunk_q: int
+    ghist: int
+    parts: int
+    total: int
 
 
-def _row_array(value: Any, dtype: Any) -> tuple[int, Any]:
-    """(pointer, kept-alive array) of a per-row array as contiguous ``dtype``; (0, None) for a scalar."""
+# Planned launches by call signature (rows, vocabulary, dtype, alignment, top-k or not).
+_plans: ext.PlanCache[tuple, _Plan] = ext.PlanCache("pygpukit_nn.sampling")
+
+
+def _plan(b: int, v: int, dt: np.dtype, aligned: bool, topk: bool) -> _Plan:
+    bpr = blocks_per_row(b, v, ext.device().multiprocessor_count)
+    chunk_q = _cdiv(_cdiv(v, 4), bpr)
+    sync_bytes = _cdiv(4 * b, 256) * 256
+    ghist_bytes = b * dt.itemsize * 1024 if topk else 0  # rows x digit passes (key bytes) x 256 bins x 4 bytes
+    zeroed = sync_bytes + ghist_bytes
+    total = zeroed + b * 2 * bpr * _PART_BYTES
+    return _Plan(_sample_kernel(_CTYPES[dt], aligned).launcher(b * bpr, THREADS), bpr, chunk_q, sync_bytes, zeroed, total)
+
+
+def _row_array(value: Any, dtype: Any) -> gp.GPUArray | None:
+    """A per-row array as contiguous ``dtype``; None for a scalar."""
     if not isinstance(value, gp.GPUArray):
-        return 0, None
+        return None
     if value.dtype != np.dtype(dtype):
         value = value.astype(dtype)
     if not value.is_contiguous:
         value = value.copy()
-    return value.data_ptr, value
+    return value
 
 
 def kernel_sample(logits: Any, temperature: Any, top_k: Any, top_p: Any, min_p: Any, key: int, offset: int) -> gp.GPUArray:
     b, v, t, k, p, mp = _check_sample(logits, temperature, top_k, top_p, min_p, key, offset)
-    xv, xs = _kernels.rows_of(logits)
+    xv, xs = rows_of(logits)
     dt = xv.dtype
     aligned = xv.data_ptr % (4 * dt.itemsize) == 0 and xs % 4 == 0
-    fn, bpr, chunk_q, zeroed, ghist_off, parts_off, total = _plan(b, v, dt, aligned, isinstance(k, gp.GPUArray) or 0 < k < v)
-    (tp, ta), (kp, ka), (pp, pa), (mpp, ma) = (
-        _row_array(a, d) for a, d in ((t, gp.float32), (k, gp.int32), (p, gp.float32), (mp, gp.float32))
-    )
-    rt = _runtime.get()
-    stream = current_stream_handle()
-    scratch = gp.GPUArray._empty((total,), np.dtype(gp.uint8), stream)
-    rt.native.memset_d8(scratch.data_ptr, 0, zeroed, stream)
-    out = gp.GPUArray._empty((b,), np.dtype(gp.int32), stream)
+    pkey = (b, v, dt, aligned, isinstance(k, gp.GPUArray) or 0 < k < v)
+    plan = _plans.get(pkey) or _plans.put(pkey, _plan(*pkey))
+    ta, ka, pa, ma = (_row_array(a, d) for a, d in ((t, gp.float32), (k, gp.int32), (p, gp.float32), (mp, gp.float32)))
+    # the partials need no zeros, but one memset of the whole scratch is cheaper than a second allocation
+    scratch = gp.zeros((plan.total,), gp.uint8)
+    out = ext.empty((b,), np.dtype(gp.int32))
     sk = (key ^ SAMPLING_TAG) & _MASK64
     base = scratch.data_ptr
-    params = _SAMPLE_PARAMS.pack(
-        xv.data_ptr, xs, v, bpr, chunk_q,
-        tp, 0.0 if ta is not None else t, kp, 0 if ka is not None else k,
-        pp, 0.0 if pa is not None else p, mpp, 0.0 if ma is not None else mp,
+    plan.launch(
+        xv, xs, v, plan.bpr, plan.chunk_q,
+        ta, 0.0 if ta is not None else t, ka, 0 if ka is not None else k,
+        pa, 0.0 if pa is not None else p, ma, 0.0 if ma is not None else mp,
         sk & _MASK32, sk >> 32, offset & _MASK32, (offset >> 32) & 0xFFFFFF,
-        base, base + ghist_off, base + parts_off, out.data_ptr,
+        scratch, base + plan.ghist, base + plan.parts, out,
     )  # fmt: skip
-    rt.native.launch(fn, b * bpr, 1, 1, THREADS, 1, 1, 0, stream, params)
     return out
 
 
 def _grid2d(rows: int, cols: int) -> tuple[int, int]:
     """(blocks over columns, blocks over rows) of 256 threads: about 8 blocks per SM."""
-    sms = _runtime.get().props["multiprocessor_count"]
+    sms = ext.device().multiprocessor_count
     gy = min(rows, 65535)
     return max(1, min(-(-cols // 256), (8 * sms) // gy)), gy
 
 
 def kernel_apply_penalties(logits: Any, counts: Any, rep: Any, pres: Any, freq: Any, out: Any = None) -> gp.GPUArray:
     b, v, r, pr, fq = _check_penalties(logits, counts, rep, pres, freq, out)
-    xv, xs = _kernels.rows_of(logits)
+    xv, xs = rows_of(logits)
     cv = counts if counts.dtype == np.dtype(gp.int32) and counts.is_contiguous else counts.astype(gp.int32).copy()
-    ov, os_ = _kernels.rows_of(out) if out is not None else (None, v)
+    ov, os_ = rows_of(out) if out is not None else (None, v)
     direct = out is not None and ov is out  # out's rows are written where they are (in place when out is logits)
     if not direct:
         ov, os_ = gp.empty((b, v), logits.dtype), v
-    (rp, ra), (pp, pa), (fp, fa) = (_row_array(a, gp.float32) for a in (r, pr, fq))
+    ra, pa, fa = (_row_array(a, gp.float32) for a in (r, pr, fq))
     gx, gy = _grid2d(b, v)
     _penalties_kernel(_CTYPES[np.dtype(logits.dtype)])(
         (gx, gy), 256, xv, xs, cv, v, ov, os_, v, b,
-        rp, 0.0 if ra is not None else r, pp, 0.0 if pa is not None else pr, fp, 0.0 if fa is not None else fq,
+        ra, 0.0 if ra is not None else r, pa, 0.0 if pa is not None else pr, fa, 0.0 if fa is not None else fq,
     )  # fmt: skip
     if out is not None and not direct:
         out[...] = ov
@@ -484,7 +487,7 @@ def kernel_token_counts(ids: Any, vocab_size: int, pad_id: int = -1) -> gp.GPUAr
     b, n = ids.shape
     counts = gp.zeros((b, v), gp.int32)
     if b and n:
-        iv, istride = _kernels.rows_of(ids)
+        iv, istride = rows_of(ids)
         gx, gy = _grid2d(b, n)
         _counts_kernel(_ID_CTYPES[np.dtype(ids.dtype)])((gx, gy), 256, iv, istride, n, b, v, pad, counts)
     return counts
@@ -523,7 +526,4 @@ def register(registry: Any) -> None:
         ("token_counts", token_counts.__doc__, reference_token_counts, kernel_token_counts, ["int32", "int64"], _counts_ok),
     )
     for op, doc, ref, kern, dtypes, ok in ops:
-        registry.define(op, nkey=1, doc=doc or "")
-        for backend in ("cuda", "cpu"):
-            registry.register(op, ref, backend=backend, name="reference")
-        registry.register(op, kern, backend="cuda", dtypes=dtypes, min_sm=80, priority=10, predicate=ok, name="kernel")
+        ext.register_family(registry, op, nkey=1, doc=doc or "", reference=ref, cuda=kern, dtypes=dtypes, min_sm=80, predicate=ok)

@@ -6,6 +6,7 @@ error; NVRTC compilation of the kernel; on the GPU the kernel itself (and
 PyTorch's SDPA where installed)."""
 
 import math
+import struct
 
 import ml_dtypes
 import numpy as np
@@ -13,8 +14,9 @@ import pytest
 from nn_testing import rand, rel_err
 
 import pygpukit as gp
-from pygpukit_nn import decode
-from pygpukit_nn.decode import decode_attention
+from pygpukit.jit.signature import find_signature
+from pygpukit_nn import decode_attn
+from pygpukit_nn.decode_attn import decode_attention
 from pygpukit_nn.kv_cache import KVCache, PagedKVCache
 
 # Float32 softmax and sums, one rounding of the output to q's dtype: bf16 /
@@ -195,56 +197,71 @@ def test_launch_shape():
     none where the keys make fewer than four such splits."""
 
     def cuda_cores(step):  # the CUDA-core kernel's knobs, at a given block step
-        return decode.Knobs(decode.ROWS_MAX, decode.WARPS, decode.STAGES, decode.BLOCKS_PER_SM, step, decode.MIN_SPLIT_STEPS)
+        return decode_attn.Knobs(
+            decode_attn.ROWS_MAX, decode_attn.WARPS, decode_attn.STAGES, decode_attn.BLOCKS_PER_SM, step, decode_attn.MIN_SPLIT_STEPS
+        )
 
-    assert decode.launch_shape(1, 8, 32, 1, 8192, cuda_cores(16), 132) == (1, 4, 33)  # 264 blocks of 264 places
-    assert decode.launch_shape(1, 8, 64, 1, 8192, cuda_cores(16), 132) == (2, 4, 16)  # G = 8: two chunks of 4
-    assert decode.launch_shape(1, 8, 32, 3, 8192, cuda_cores(16), 132) == (3, 4, 11)  # 12 rows
-    assert decode.launch_shape(1, 8, 24, 2, 8192, cuda_cores(16), 132) == (2, 3, 16)  # 6 rows: two chunks of 3
-    assert decode.launch_shape(1, 8, 32, 1, 1024, cuda_cores(16), 132) == (1, 4, 16)  # short: four steps per split
-    assert decode.launch_shape(1, 2, 14, 1, 144, cuda_cores(32), 132) == (2, 4, 1)  # Qwen2-0.5B at 144 keys: not two splits
-    assert decode.launch_shape(1, 2, 14, 1, 512, cuda_cores(32), 132) == (2, 4, 4)
-    assert decode.launch_shape(8, 8, 32, 1, 8192, cuda_cores(16), 132) == (1, 4, 4)  # 33 blocks a sequence: 4 splits
-    assert decode.launch_shape(16, 8, 32, 1, 8192, cuda_cores(16), 132) == (1, 4, 2)  # long keys: two splits are worth a merge
-    assert decode.launch_shape(1, 8, 32, 1, 192, cuda_cores(16), 132) == (1, 4, 1)  # 192 keys make three splits of four steps: none
-    assert decode.launch_shape(1, 8, 32, 1, 256, cuda_cores(16), 132) == (1, 4, 4)
-    assert decode.launch_shape(64, 8, 32, 1, 8192, cuda_cores(16), 132) == (1, 4, 1)  # a big batch fills the GPU alone
-    assert decode.launch_shape(1, 1, 32, 1, 1 << 20, cuda_cores(16), 132) == (8, 4, 33)
-    assert decode.launch_shape(1, 1, 1, 1, 1 << 20, cuda_cores(16), 132) == (1, 1, 128)  # at most MAX_SPLITS
+    assert decode_attn.launch_shape(1, 8, 32, 1, 8192, cuda_cores(16), 132) == (1, 4, 33)  # 264 blocks of 264 places
+    assert decode_attn.launch_shape(1, 8, 64, 1, 8192, cuda_cores(16), 132) == (2, 4, 16)  # G = 8: two chunks of 4
+    assert decode_attn.launch_shape(1, 8, 32, 3, 8192, cuda_cores(16), 132) == (3, 4, 11)  # 12 rows
+    assert decode_attn.launch_shape(1, 8, 24, 2, 8192, cuda_cores(16), 132) == (2, 3, 16)  # 6 rows: two chunks of 3
+    assert decode_attn.launch_shape(1, 8, 32, 1, 1024, cuda_cores(16), 132) == (1, 4, 16)  # short: four steps per split
+    assert decode_attn.launch_shape(1, 2, 14, 1, 144, cuda_cores(32), 132) == (2, 4, 1)  # Qwen2-0.5B at 144 keys: not two splits
+    assert decode_attn.launch_shape(1, 2, 14, 1, 512, cuda_cores(32), 132) == (2, 4, 4)
+    assert decode_attn.launch_shape(8, 8, 32, 1, 8192, cuda_cores(16), 132) == (1, 4, 4)  # 33 blocks a sequence: 4 splits
+    assert decode_attn.launch_shape(16, 8, 32, 1, 8192, cuda_cores(16), 132) == (1, 4, 2)  # long keys: two splits are worth a merge
+    assert decode_attn.launch_shape(1, 8, 32, 1, 192, cuda_cores(16), 132) == (1, 4, 1)  # 192 keys make three splits of four steps: none
+    assert decode_attn.launch_shape(1, 8, 32, 1, 256, cuda_cores(16), 132) == (1, 4, 4)
+    assert decode_attn.launch_shape(64, 8, 32, 1, 8192, cuda_cores(16), 132) == (1, 4, 1)  # a big batch fills the GPU alone
+    assert decode_attn.launch_shape(1, 1, 32, 1, 1 << 20, cuda_cores(16), 132) == (8, 4, 33)
+    assert decode_attn.launch_shape(1, 1, 1, 1, 1 << 20, cuda_cores(16), 132) == (1, 1, 128)  # at most MAX_SPLITS
     cases = ((64, False), (128, False), (256, False), (128, True), (80, True), (256, True))
-    assert [decode.knobs(d, f, 512).step for d, f in cases] == [64, 64, 8, 64, 64, 16]  # fp8 up to head_dim 128 on tensor cores
+    assert [decode_attn.knobs(d, f, 512).step for d, f in cases] == [64, 64, 8, 64, 64, 16]  # fp8 up to head_dim 128 on tensor cores
 
 
 def test_launch_shape_on_tensor_cores():
     """The tensor-core kernel: 16 rows a block, splits of at least two steps, none below four of them."""
 
     def shape(batch, heads, q_heads, tokens, keys):
-        kn = decode.knobs(128, False, keys)
-        return decode.launch_shape(batch, heads, q_heads, tokens, keys, kn, 132)
+        kn = decode_attn.knobs(128, False, keys)
+        return decode_attn.launch_shape(batch, heads, q_heads, tokens, keys, kn, 132)
 
-    assert decode.knobs(128, False, 512) == (16, 4, 3, 2, 64, 2)  # short: 4 warps, two blocks an SM, splits of two steps
-    assert decode.knobs(128, False, 2048) == (16, 4, 3, 2, 64, 1)  # middle: splits of one step
-    assert decode.knobs(64, False, 4096) == (16, 8, 2, 1, 128, 2)  # long: 8 warps, one block an SM
+    assert decode_attn.knobs(128, False, 512) == (16, 4, 3, 2, 64, 2)  # short: 4 warps, two blocks an SM, splits of two steps
+    assert decode_attn.knobs(128, False, 2048) == (16, 4, 3, 2, 64, 1)  # middle: splits of one step
+    assert decode_attn.knobs(64, False, 4096) == (16, 8, 2, 1, 128, 2)  # long: 8 warps, one block an SM
     assert shape(1, 8, 32, 1, 8192) == (1, 4, 16)  # GQA 32 / 8: one chunk of 4 rows, 8 x 16 blocks of 132 places
     assert shape(1, 8, 32, 8, 8192) == (2, 16, 8)  # 32 rows: two chunks of 16
     assert shape(1, 8, 32, 1, 1024) == (1, 4, 16)  # 64 keys a split at least
     assert shape(1, 2, 14, 1, 256) == (1, 7, 1)  # Qwen2-0.5B to 256 keys: unsplit (128 keys a split at least)
     assert shape(1, 2, 14, 1, 512) == (1, 7, 4)
-    assert [decode.tensor_cores(d) for d in (64, 80, 96, 128, 256, 72)] == [True, True, True, True, False, False]
+    assert [decode_attn.tensor_cores(d) for d in (64, 80, 96, 128, 256, 72)] == [True, True, True, True, False, False]
+
+
+def test_launch_params_match_signature():
+    """A launch's arguments pack (by the signature the kernels are built with)
+    to the bytes of decode_attn.cu's parameter list (q, its strides, nine
+    pointers, nine ints, the qk scale), and the signature agrees with the
+    parameter lists in the source."""
+    args = (0x1000, 1, 2, 3, *range(0x2000, 0xB000, 0x1000), 32, 8, 1, 1, 4, 4096, 0, 0, 0, 0.125)
+    for kern in (decode_attn._kernel("pgk::half", "pgk::float8_e4m3", 256, 4, False, 4, 2, 4, 2),
+                 decode_attn._tc_kernel("pgk::bfloat16", "pgk::bfloat16", 128, True, 4, 3, 2, 0)):  # fmt: skip
+        assert kern._packer.pack(args) == struct.pack("@P3q9P9if", *args), kern.func
+        declared = find_signature(kern.source, kern.func.partition("<")[0].rpartition("::")[2])  # pointers agree as pointers
+        assert [(p.code, p.pointer or p.ctype) for p in kern.params] == [(p.code, p.pointer or p.ctype) for p in declared], kern.func
 
 
 def test_kernel_compiles_for_sm80_sm89_and_sm90(need_nvrtc):
-    knobs = (decode.WARPS, decode._keys_per_step(False), decode.STAGES, decode.BLOCKS_PER_SM)
-    fp8 = (decode.WARPS, decode._keys_per_step(True), decode.STAGES, decode.BLOCKS_PER_SM)
+    knobs = (decode_attn.WARPS, decode_attn._keys_per_step(False), decode_attn.STAGES, decode_attn.BLOCKS_PER_SM)
+    fp8 = (decode_attn.WARPS, decode_attn._keys_per_step(True), decode_attn.STAGES, decode_attn.BLOCKS_PER_SM)
     cases = [("pgk::bfloat16", "pgk::bfloat16", 128, 4, False, *knobs), ("pgk::half", "pgk::half", 64, 1, True, *knobs),
              ("pgk::half", "pgk::float8_e4m3", 256, 4, False, *fp8), ("pgk::bfloat16", "pgk::float8_e4m3", 256, 3, True, *fp8)]  # fmt: skip
-    tc = (decode.TC_WARPS, decode.TC_STAGES, decode.TC_BLOCKS_PER_SM)
-    long = (decode.TC_LONG_WARPS, decode.TC_LONG_STAGES, decode.TC_LONG_BLOCKS_PER_SM)
+    tc = (decode_attn.TC_WARPS, decode_attn.TC_STAGES, decode_attn.TC_BLOCKS_PER_SM)
+    long = (decode_attn.TC_LONG_WARPS, decode_attn.TC_LONG_STAGES, decode_attn.TC_LONG_BLOCKS_PER_SM)
     b16, f16, f8 = "pgk::bfloat16", "pgk::half", "pgk::float8_e4m3"
-    kernels = [decode._kernel(*case) for case in cases] + [decode._tc_kernel(b16, b16, 128, True, *long, 0), decode._tc_kernel(f16, f16, 64, False, *long, 256)] + [
-        decode._tc_kernel(t, kt, d, paged, *tc, pf) for t, kt, d, paged, pf in ((b16, b16, 128, False, 256), (f16, f16, 64, True, 0), (b16, b16, 80, True, 64),
+    kernels = [decode_attn._kernel(*case) for case in cases] + [decode_attn._tc_kernel(b16, b16, 128, True, *long, 0), decode_attn._tc_kernel(f16, f16, 64, False, *long, 256)] + [
+        decode_attn._tc_kernel(t, kt, d, paged, *tc, pf) for t, kt, d, paged, pf in ((b16, b16, 128, False, 256), (f16, f16, 64, True, 0), (b16, b16, 80, True, 64),
                                                                            (f16, f16, 96, False, 0))
-    ] + [decode._tc_kernel(t, f8, d, paged, *kn, pf) for t, d, paged, kn, pf in ((b16, 128, False, long, 128), (f16, 80, True, tc, 0),
+    ] + [decode_attn._tc_kernel(t, f8, d, paged, *kn, pf) for t, d, paged, kn, pf in ((b16, 128, False, long, 128), (f16, 80, True, tc, 0),
                                                                                (b16, 96, True, long, 0), (f16, 64, False, tc, 128))]  # fmt: skip
     for kern in kernels:
         for sm in (80, 89, 90):
@@ -282,16 +299,18 @@ def test_kernel_chosen():
 def test_dependent_launches():
     """Dependent launches (SM 90) for the tensor-core kernel with any cache; the
     CUDA-core kernel over an fp8 cache (head_dim 256) ran slower as one."""
-    from pygpukit import _runtime
+    from pygpukit import ext
     from pygpukit.jit import kernel
 
     dep = {}
+    on = ext.device().sm >= 90 and kernel.DEPENDENT_LAUNCH
     for kv, d in ((None, 128), ("fp8_e4m3", 128), (None, 256), ("fp8_e4m3", 256)):
-        decode._plans.clear()
-        decode_attention(gp.zeros((1, 1, 8, d), gp.bfloat16), _cache(False, 1, 32, 2, d, gp.bfloat16, kv_dtype=kv))
-        (plan,) = decode._plans.values()
-        dep[kv, d] = plan[1]
-    on = _runtime.get().sm >= 90 and kernel.DEPENDENT_LAUNCH
+        decode_attn._plans.clear()
+        q, cache = gp.zeros((1, 1, 8, d), gp.bfloat16), _cache(False, 1, 32, 2, d, gp.bfloat16, kv_dtype=kv)
+        decode_attention(q, cache)
+        assert len(decode_attn._plans) == 1
+        plan = decode_attn._plan(q, *cache.op_args(), 0, None, None, 1)  # the plan of that call (no keys yet)
+        dep[kv, d] = plan.launch.kernel.dependent_launch and on  # what the Launch passes as its dependent flag
     assert dep == {(None, 128): on, ("fp8_e4m3", 128): on, (None, 256): on, ("fp8_e4m3", 256): False}
 
 
@@ -315,12 +334,12 @@ def test_kernel_merges_more_splits_than_one_batch(rng):
     that, and a count that leaves a partial batch (an fp8 cache of head_dim 256
     at 8192 keys on the CUDA-core kernel: 33 splits on 132 SMs; bf16 and fp8
     MQA caches on tensor cores at 2048 keys: 32)."""
-    from pygpukit import _runtime
+    from pygpukit import ext
 
-    sms = _runtime.get().props["multiprocessor_count"]
+    sms = ext.device().multiprocessor_count
     for dtype, kv, hq, hkv, n, d in ((gp.bfloat16, "fp8_e4m3", 32, 8, 8192, 256), (gp.float16, None, 8, 1, 2048, 128),
                                      (gp.bfloat16, "fp8_e4m3", 8, 1, 2048, 128)):  # fmt: skip
-        splits = decode.launch_shape(1, hkv, hq, 1, n, decode.knobs(d, kv is not None, n), sms)[2]
+        splits = decode_attn.launch_shape(1, hkv, hq, 1, n, decode_attn.knobs(d, kv is not None, n), sms)[2]
         assert splits > 16, (kv, d, splits)
         k, v = rand(rng, (1, n, hkv, d), dtype), rand(rng, (1, n, hkv, d), dtype)
         q = rand(rng, (1, 1, hq, d), dtype)

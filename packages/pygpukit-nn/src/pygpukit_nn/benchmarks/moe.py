@@ -24,8 +24,11 @@ from collections.abc import Callable
 from typing import Any
 
 import pygpukit as gp
+from pygpukit.benchmark.harness import Recorder, median_time_ms
 
-from .harness import Recorder, median_time_ms
+from .. import moe
+from ..conv import conv1d as nn_conv1d
+from ._impls import free, impls
 
 Cases = dict[str, tuple[Callable[[], object], float]]
 
@@ -43,7 +46,6 @@ def _routing(name: str, mod: Any, t: int, e: int, k: int, d: int) -> Cases:
     x = _randn(name, mod, (t, d), 1.0, "bfloat16", 2)
     moved = 2 * t * e + 2 * (3 * t * k * d + t * d)  # bf16: logits; permute read + write, unpermute read; the output
     if name == "pygpukit":
-        from pygpukit_nn import moe
 
         def route() -> object:
             w, ids = moe.router_topk(logits, k)
@@ -73,7 +75,6 @@ def _forward(name: str, mod: Any, t: int, e: int, k: int, d: int, inter: int) ->
     w2 = _randn(name, mod, (e, d, inter), inter**-0.5, "bfloat16", 6)
     flops = 6 * t * k * d * inter
     if name == "pygpukit":
-        from pygpukit_nn import moe
 
         def forward() -> object:
             return moe.moe_forward(x, router_w, w13, w2, k)
@@ -102,10 +103,7 @@ def _conv(name: str, mod: Any, c_in: int, c_out: int, length: int) -> Cases:
         b1 = _randn(name, mod, (c_out,), 0.1, dtype, 9)
         h = _randn(name, mod, (1, c_out, length), 1.0, dtype, 10)
         w2 = _randn(name, mod, (c_out, c_out, 3), 0.05, dtype, 11)
-        if name == "pygpukit":
-            from pygpukit_nn.conv import conv1d
-        else:
-            conv1d = mod.nn.functional.conv1d
+        conv1d = nn_conv1d if name == "pygpukit" else mod.nn.functional.conv1d
         lout2 = (length + 2 - 3) // 2 + 1
         out[f"conv1d_{c_in}to{c_out}_L{length}_{tag}"] = (
             functools.partial(conv1d, x, w1, b1, 1, 1),
@@ -119,13 +117,6 @@ def _conv(name: str, mod: Any, c_in: int, c_out: int, length: int) -> Cases:
 
 
 def bench_nn_moe(rec: Recorder, quick: bool) -> None:
-    from .core import _free, _impls
-
-    try:
-        import pygpukit_nn  # noqa: F401
-    except ImportError:
-        print("  nn_moe: pygpukit-nn is not installed; skipped")
-        return
     gpu = gp.backend() == "cuda"
     if gpu:
         route = (1024, 8, 2, 4096) if quick else (4096, 8, 2, 4096)
@@ -134,7 +125,7 @@ def bench_nn_moe(rec: Recorder, quick: bool) -> None:
     else:
         route, ffn, length = (256, 8, 2, 256), (16, 4, 2, 64, 128), 300
     warm, reps = ((2, 5) if quick else (3, 20)) if gpu else (1, 3)
-    for name, timer, mod in _impls(quick):
+    for name, timer, mod in impls():
         if name not in ("pygpukit", "torch"):
             continue
         for make, args, metric, scale in (
@@ -148,4 +139,4 @@ def bench_nn_moe(rec: Recorder, quick: bool) -> None:
             for case, (fn, amount) in make(name, mod, *args).items():
                 ms = median_time_ms(fn, timer, warm, reps)
                 rec.add(case, name, metric, amount / ms / scale, True)
-            _free(name, mod)
+            free(name, mod)

@@ -22,9 +22,12 @@ from itertools import cycle
 import numpy as np
 
 import pygpukit as gp
-from pygpukit import _runtime
+from pygpukit import ext
+from pygpukit.benchmark.harness import Recorder, median_time_ms
 
-from .harness import Recorder, median_time_ms
+from ..decode_attn import decode_attention
+from ..kv_cache import KVCache, PagedKVCache
+from ._impls import free, impls
 
 HQ, HKV, D = 32, 8, 128
 ROTATE_BYTES = 200 << 20  # bytes of cache the calls cycle over
@@ -68,9 +71,6 @@ def _cases(name: str, mod, ctx: int, rng) -> dict[str, tuple[Callable[[], object
     q = rng.standard_normal((1, 1, HQ, D), dtype=np.float32)
     bf16_bytes = 2 * HKV * ctx * D * 2
     if name == "pygpukit":
-        from pygpukit_nn.decode import decode_attention
-        from pygpukit_nn.kv_cache import KVCache, PagedKVCache
-
         gk, gv = gp.from_numpy(k.astype(gp.bfloat16)), gp.from_numpy(v.astype(gp.bfloat16))
         gq = gp.from_numpy(q.astype(gp.bfloat16))
         n, nf = _layers(bf16_bytes), _layers(bf16_bytes // 2)
@@ -103,7 +103,7 @@ def _cases(name: str, mod, ctx: int, rng) -> dict[str, tuple[Callable[[], object
             cases["decode_bf16_graph"] = (g.replay, bf16_bytes * calls, calls)
             read = gp.jit(_READ_SRC, "kv_read", dependent_launch=True)
             bufs = [gp.zeros((bf16_bytes // 4,), gp.uint32) for _ in range(n)]
-            blocks = 2 * _runtime.get().props["multiprocessor_count"]
+            blocks = 2 * ext.device().multiprocessor_count
             sink = gp.zeros((blocks,), gp.uint32)
             with gp.graph() as g:
                 for i in range(calls):
@@ -137,21 +137,14 @@ def _cases(name: str, mod, ctx: int, rng) -> dict[str, tuple[Callable[[], object
 
 
 def bench_nn_decode(rec: Recorder, quick: bool) -> None:
-    from .core import _free, _impls
-
-    try:
-        import pygpukit_nn  # noqa: F401
-    except ImportError:
-        print("  nn_decode: pygpukit-nn is not installed; skipped")
-        return
     gpu = gp.backend() == "cuda"
     contexts = ((1024, 8192) if quick else (1024, 4096, 8192, 32768)) if gpu else (1024,)
     warm, reps = ((2, 5) if quick else (3, 20)) if gpu else (1, 3)
-    for name, timer, mod in _impls(quick):
+    for name, timer, mod in impls():
         for ctx in contexts:
             for case, (fn, moved, steps) in _cases(name, mod, ctx, np.random.default_rng(11)).items():
                 ms = median_time_ms(fn, timer, warm, reps)
                 bench = f"{case}_gqa32x8_d128_ctx{ctx}"
                 rec.add(bench, name, "GB/s", moved / ms / 1e6, True)
                 rec.add(bench, name, "us", ms * 1e3 / steps, False)
-            _free(name, mod)
+            free(name, mod)

@@ -14,8 +14,10 @@ from collections.abc import Callable
 import numpy as np
 
 import pygpukit as gp
+from pygpukit.benchmark.harness import Recorder, median_time_ms
 
-from .harness import Recorder, median_time_ms
+from ..attention import scaled_dot_product_attention
+from ._impls import free, impls
 
 # (name, heads, kv heads, S, causal) on the GPU
 GPU_CASES = [(f"sdpa_causal_bf16_1x32x{s}x128", 32, 32, s, True) for s in (1024, 2048, 4096, 8192)] + [
@@ -31,10 +33,7 @@ def _cases(name: str, mod, cases, rng) -> dict[str, tuple[Callable[[], object], 
     out: dict[str, tuple[Callable[[], object], float]] = {}
     if name not in ("pygpukit", "torch"):
         return out
-    if name == "pygpukit":
-        from pygpukit_nn.attention import scaled_dot_product_attention as attend
-    else:
-        attend = mod.nn.functional.scaled_dot_product_attention
+    attend = scaled_dot_product_attention if name == "pygpukit" else mod.nn.functional.scaled_dot_product_attention
     for case, h, hkv, s, causal in cases:
         q = rng.standard_normal((1, h, s, 128), dtype=np.float32)
         k = rng.standard_normal((1, hkv, s, 128), dtype=np.float32)
@@ -52,18 +51,11 @@ def _cases(name: str, mod, cases, rng) -> dict[str, tuple[Callable[[], object], 
 
 
 def bench_nn_attention(rec: Recorder, quick: bool) -> None:
-    from .core import _free, _impls
-
-    try:
-        import pygpukit_nn  # noqa: F401
-    except ImportError:
-        print("  nn_attention: pygpukit-nn is not installed; skipped")
-        return
     gpu = gp.backend() == "cuda"
     cases = [c for c in GPU_CASES if not quick or c[0] in QUICK] if gpu else CPU_CASES
     warm, reps = ((2, 5) if quick else (3, 20)) if gpu else (1, 3)
-    for name, timer, mod in _impls(quick):
+    for name, timer, mod in impls():
         for case, (fn, flops) in _cases(name, mod, cases, np.random.default_rng(11)).items():
             ms = median_time_ms(fn, timer, warm, reps)
             rec.add(case, name, "TFLOP/s", flops / ms / 1e9, True)
-        _free(name, mod)
+        free(name, mod)

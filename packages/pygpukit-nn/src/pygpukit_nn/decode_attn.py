@@ -24,29 +24,28 @@ from __future__ import annotations
 
 import functools
 import math
-import struct
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import numpy as np
 
 import pygpukit as gp
-from pygpukit import _runtime
-from pygpukit.streams import current_stream_handle
+from pygpukit import ext
 
-from . import _dispatch, _kernels
-from .kv_cache import (
-    _CTYPES,
-    _F8,
+from .kv_cache import _Cache
+from .kv_layout import (
+    CTYPES,
+    F8,
+    F32,
     HEAD_DIMS,
     Layout,
-    _Cache,
-    _cache_arrays_ok,
-    _lengths_host,
-    _sig,
-    _token_strides,
+    cache_arrays_ok,
     cache_rows,
     check_cache,
     dequantize,
+    lengths_host,
+    sig,
+    token_strides,
 )
 
 MAX_TOKENS = 8  # query tokens per sequence the op takes
@@ -102,7 +101,7 @@ def decode_attention(q: gp.GPUArray, cache: _Cache, layer: int = 0, scale: float
     if not isinstance(cache, _Cache):
         raise TypeError(f"decode_attention: cache must be a KVCache or PagedKVCache, got {type(cache).__name__}")
     i = cache._layer(layer)
-    return _dispatch.op("decode_attention")(q, *cache._args[i], cache.plan_bound(i), scale, window)
+    return ext.op("decode_attention")(q, *cache._args[i], cache.plan_bound(i), scale, window)
 
 
 # -- checks --------------------------------------------------------------------------
@@ -147,11 +146,11 @@ def reference_decode_attention(q: Any, k_cache: Any, v_cache: Any, lengths: Any,
     """Each sequence's rows gathered (dequantized), scores, a float32 (float64
     for float64 q) softmax under the causal / window mask, times V."""
     lay, tq, hq, sc, win = _check_decode(q, k_cache, v_cache, lengths, block_table, k_scale, v_scale, max_len, scale, window)
-    cdt = gp.float64 if q.dtype == np.float64 else gp.float32
+    cdt = ext.compute_dtype(q.dtype)
     heads, d = lay.heads, lay.head_dim
     g = hq // heads
     out = gp.zeros(q.shape, cdt)
-    for b, n in enumerate(_lengths_host(lengths, lay).tolist()):
+    for b, n in enumerate(lengths_host(lengths, lay).tolist()):
         if n <= 0:
             continue
         kr, vr = cache_rows(k_cache, v_cache, block_table, b, n, lay)
@@ -169,28 +168,31 @@ def reference_decode_attention(q: Any, k_cache: Any, v_cache: Any, lengths: Any,
 # -- CUDA kernel ---------------------------------------------------------------------------
 
 
-def _jit(name: str) -> Any:
-    return gp.jit(
-        _kernels.source("decode_attn"),
+def _jit(name: str, dependent: bool) -> ext.Kernel:
+    return ext.Kernel(
+        ext.kernel_source(__name__, "decode_attn"),
         name,
         signature="const void* q, long long qb, long long qt, long long qh, void* out, const void* kc, const void* vc, const int* lengths, const int* table, "
         "const float* k_scale, const float* v_scale, float* part, int* counters, int Hq, int Hkv, int Tq, int chunks, int splits, "
         "int cap, int block_shift, int table_width, int window, float qk_scale",
         name="decode_attn.cu",
-        dependent_launch=True,
+        dependent_launch=dependent,
     )
 
 
 @functools.cache
-def _kernel(t: str, kt: str, d: int, rows: int, paged: bool, warps: int, keys: int, stages: int, blocks: int) -> Any:
-    """The CUDA-core kernel."""
-    return _jit(f"pgk::decode_attn<{t}, {kt}, {d}, {rows}, {'true' if paged else 'false'}, {warps}, {keys}, {stages}, {blocks}>")
+def _kernel(t: str, kt: str, d: int, rows: int, paged: bool, warps: int, keys: int, stages: int, blocks: int) -> ext.Kernel:
+    """The CUDA-core kernel. Over an fp8 cache it is not a dependent launch: the next kernel's blocks, started
+    early beside it, slowed it by half at 8k-32k keys on an H100 (32k: 44 -> 66 us)."""
+    name = f"pgk::decode_attn<{t}, {kt}, {d}, {rows}, {'true' if paged else 'false'}, {warps}, {keys}, {stages}, {blocks}>"
+    return _jit(name, dependent=kt != CTYPES[F8])
 
 
 @functools.cache
-def _tc_kernel(t: str, kt: str, d: int, paged: bool, warps: int, stages: int, blocks: int, prefetch: int) -> Any:
-    """The tensor-core kernel (a cache of q's dtype or fp8)."""
-    return _jit(f"pgk::decode_attn_tc<{t}, {kt}, {d}, {'true' if paged else 'false'}, {warps}, {stages}, {blocks}, {prefetch}>")
+def _tc_kernel(t: str, kt: str, d: int, paged: bool, warps: int, stages: int, blocks: int, prefetch: int) -> ext.Kernel:
+    """The tensor-core kernel (a cache of q's dtype or fp8); a dependent launch with any cache (fp8: 5-10% faster at
+    1k-32k keys, `..._nn-decode-fp8-tensor-cores.json`)."""
+    return _jit(f"pgk::decode_attn_tc<{t}, {kt}, {d}, {'true' if paged else 'false'}, {warps}, {stages}, {blocks}, {prefetch}>", True)
 
 
 def tensor_cores(head_dim: int) -> bool:
@@ -253,52 +255,39 @@ def launch_shape(batch: int, heads: int, q_heads: int, tokens: int, keys: int, k
     return chunks, rows, max(1, min(want, most, MAX_SPLITS)) if most >= MIN_SPLITS else 1
 
 
-_PARAMS = struct.Struct("@P3q9P9if")  # q, its strides, 9 pointers, 9 ints, the qk scale
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    launch: ext.Launch  # grid (splits * chunks, KV heads, batch)
+    splits: int
+    part: int  # floats of the splits' partial results (0: unsplit)
+    counters: int  # split counters the launch uses
+    q_strides: tuple[int, int, int] | None  # q's element strides (None: the kernel reads a copy of q)
+    ints: tuple[int, ...]  # Hq, Hkv, Tq, chunks, splits, cap, block_shift, table_width, window
+    qk_scale: float
 
-# Launches planned by call signature -> (function, dependent launch, grid x, y (KV heads), z (batch), threads, shared
-# memory bytes, splits, partial floats, counters, q's element strides (None: a copy of q is read), the kernel's int
-# arguments, qk scale).
-_plans: dict[tuple, tuple] = {}
+
+# Launches planned by call signature (the keys' power of two among it: the splits follow it).
+_plans: ext.PlanCache[tuple, _Plan] = ext.PlanCache("pygpukit_nn.decode_attn")
 # Split counters per stream (zero between launches: the last block of each group resets its own).
 _counters: dict[int, gp.GPUArray] = {}
 
 
 def _plan(q: Any, k_cache: Any, v_cache: Any, lengths: Any, block_table: Any, k_scale: Any, v_scale: Any, max_len: Any, scale: Any,
-          window: Any, keys: int) -> tuple:  # fmt: skip
+          window: Any, keys: int) -> _Plan:  # fmt: skip
     lay, tq, hq, sc, win = _check_decode(q, k_cache, v_cache, lengths, block_table, k_scale, v_scale, max_len, scale, window)
-    rt = _runtime.get()
     kn = knobs(lay.head_dim, lay.fp8, keys)
-    chunks, rows, splits = launch_shape(lay.batch, lay.heads, hq, tq, keys, kn, rt.props["multiprocessor_count"])
+    chunks, rows, splits = launch_shape(lay.batch, lay.heads, hq, tq, keys, kn, ext.device().multiprocessor_count)
     if tensor_cores(lay.head_dim):  # its blocks hold 16 rows (a chunk's padding rows masked)
         rows = TC_ROWS
         pf = 0 if lay.paged else TC_PREFETCH
-        kern = _tc_kernel(_CTYPES[q.dtype], _CTYPES[k_cache.dtype], lay.head_dim, lay.paged, kn.warps, kn.stages, kn.blocks, pf)
+        kern = _tc_kernel(CTYPES[q.dtype], CTYPES[k_cache.dtype], lay.head_dim, lay.paged, kn.warps, kn.stages, kn.blocks, pf)
     else:
-        kt = _CTYPES[k_cache.dtype]
-        kern = _kernel(_CTYPES[q.dtype], kt, lay.head_dim, rows, lay.paged, kn.warps, _keys_per_step(lay.fp8), kn.stages, kn.blocks)
-    fn = kern._function(rt)
-    smem = _smem(lay.head_dim, lay.fp8, kn, rows)
-    rt.native.function_set_max_dynamic_shared_memory(fn, smem)  # the same for every plan of fn
+        kt = CTYPES[k_cache.dtype]
+        kern = _kernel(CTYPES[q.dtype], kt, lay.head_dim, rows, lay.paged, kn.warps, _keys_per_step(lay.fp8), kn.stages, kn.blocks)
+    launch = kern.launcher((splits * chunks, lay.heads, lay.batch), kn.warps * 32, _smem(lay.head_dim, lay.fp8, kn, rows))
     part = 0 if splits == 1 else lay.batch * tq * hq * splits * (lay.head_dim + 2)
     ints = (hq, lay.heads, tq, chunks, splits, lay.cap, lay.block_shift, lay.table_width, win)
-    return (
-        fn,
-        # the CUDA-core kernel over an fp8 cache is not a dependent launch: the next kernel's blocks, started
-        # early beside it, slowed it by half at 8k-32k keys on an H100 (32k: 44 -> 66 us); the tensor-core
-        # kernel gains from it with any cache (fp8: 5-10% at 1k-32k keys, `..._nn-decode-fp8-tensor-cores.json`)
-        kern.dependent(rt) and (tensor_cores(lay.head_dim) or not lay.fp8),
-        splits * chunks,
-        lay.heads,
-        lay.batch,
-        kn.warps * 32,
-        smem,
-        splits,
-        part,
-        lay.batch * lay.heads * chunks,
-        _token_strides(q),
-        ints,
-        sc * _LOG2E,
-    )
+    return _Plan(launch, splits, part, lay.batch * lay.heads * chunks, token_strides(q), ints, sc * _LOG2E)
 
 
 def kernel_decode_attention(q: Any, k_cache: Any, v_cache: Any, lengths: Any, block_table: Any, k_scale: Any, v_scale: Any,
@@ -313,43 +302,35 @@ def kernel_decode_attention(q: Any, k_cache: Any, v_cache: Any, lengths: Any, bl
         n = min(n, window + q.shape[1] - 1)
     keys = 1 << max(n - 1, 0).bit_length()  # plans by the power of two above: splits stay put as sequences grow
     # the predicate checked the cache arrays' contiguity and alignment each call; q's layout is part of the key
-    key = (q._shape, q._dtype, q._strides, q._ptr & 15, k_cache._shape, k_cache._dtype, v_cache._shape, v_cache._dtype, lengths._shape, lengths._dtype,
-           _sig(block_table), _sig(k_scale), _sig(v_scale), scale, window, keys)  # fmt: skip
-    plan = _plans.get(key)
-    if plan is None:
-        plan = _plans[key] = _plan(q, k_cache, v_cache, lengths, block_table, k_scale, v_scale, max_len, scale, window, keys)
-    fn, dep, gx, gy, gz, threads, smem, splits, part_n, count_n, qst, ints, qk = plan
+    key = (ext.layout_key(q), k_cache.shape, k_cache.dtype, v_cache.shape, v_cache.dtype, lengths.shape, lengths.dtype, sig(block_table),
+           sig(k_scale), sig(v_scale), scale, window, keys)  # fmt: skip
+    plan = _plans.get(key) or _plans.put(key, _plan(q, k_cache, v_cache, lengths, block_table, k_scale, v_scale, max_len, scale, window,
+                                                    keys))  # fmt: skip
+    qst = plan.q_strides
     if qst is None:  # a layout the kernel does not read as it is
         q = q.copy()
-        qst = _token_strides(q)
-    stream = current_stream_handle()
-    out = gp.GPUArray._empty(q._shape, q._dtype, stream)
+        qst = token_strides(q)
+    out = ext.empty(q.shape, q.dtype)
     part = counters = None
-    if splits > 1:
-        part = gp.GPUArray._empty((part_n,), np.dtype(np.float32), stream)
+    if plan.splits > 1:
+        stream = ext.current_stream()
+        part = ext.empty((plan.part,), F32, stream)
         counters = _counters.get(stream)
-        if counters is None or counters._size < count_n:
-            counters = _counters[stream] = gp.zeros((max(count_n, 1024),), gp.int32)
-    params = _PARAMS.pack(
-        q._ptr, *qst, out._ptr, k_cache._ptr, v_cache._ptr, lengths._ptr, 0 if block_table is None else block_table._ptr,
-        0 if k_scale is None else k_scale._ptr, 0 if v_scale is None else v_scale._ptr,
-        0 if part is None else part._ptr, 0 if counters is None else counters._ptr, *ints, qk,
-    )  # fmt: skip
-    _runtime.get().native.launch(fn, gx, gy, gz, threads, 1, 1, smem, stream, params, dep)
+        if counters is None or counters.size < plan.counters:
+            counters = _counters[stream] = gp.zeros((max(plan.counters, 1024),), gp.int32)
+    plan.launch(q, *qst, out, k_cache, v_cache, lengths, block_table, k_scale, v_scale, part, counters, *plan.ints, plan.qk_scale)
     return out
 
 
 def _decode_applies(q: Any, k_cache: Any, v_cache: Any, lengths: Any, block_table: Any, *rest: Any) -> bool:
     """The kernel: bf16 / fp16 q over a cache of its dtype or fp8, contiguous cache arrays, a head_dim it is built for."""
     return (
-        q.dtype in _HALF and _cache_arrays_ok(k_cache, v_cache, lengths, block_table) and k_cache.dtype in (q.dtype, _F8)
+        q.dtype in _HALF and cache_arrays_ok(k_cache, v_cache, lengths, block_table) and k_cache.dtype in (q.dtype, F8)
         and q.ndim == 4 and q.shape[-1] in HEAD_DIMS
     )  # fmt: skip
 
 
 def register(registry: Any) -> None:
-    registry.define("decode_attention", nkey=1, doc=OP_DOC)
-    for backend in ("cuda", "cpu"):
-        registry.register("decode_attention", reference_decode_attention, backend=backend, name="reference")
-    registry.register("decode_attention", kernel_decode_attention, backend="cuda", dtypes=["float16", "bfloat16"], min_sm=80,
-                      priority=10, predicate=_decode_applies, name="kernel")  # fmt: skip
+    ext.register_family(registry, "decode_attention", nkey=1, doc=OP_DOC, reference=reference_decode_attention,
+                        cuda=kernel_decode_attention, dtypes=["float16", "bfloat16"], min_sm=80, priority=10,
+                        predicate=_decode_applies)  # fmt: skip

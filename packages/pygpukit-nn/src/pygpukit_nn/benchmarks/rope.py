@@ -16,8 +16,11 @@ from collections.abc import Callable
 import numpy as np
 
 import pygpukit as gp
+from pygpukit.benchmark.harness import Recorder, median_time_ms
 
-from .harness import Recorder, median_time_ms
+from ..embedding import embedding
+from ..positional import RotaryEmbedding, apply_rope
+from ._impls import free, impls
 
 
 def _numpy_rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
@@ -32,8 +35,6 @@ def _rope_cases(name: str, mod, t: int, rng) -> dict[str, tuple[Callable[[], obj
     qkv = rng.standard_normal((t, (hq + 2 * hk) * d), dtype=np.float32)
     pos = np.arange(t)
     if name == "pygpukit":
-        from pygpukit_nn.positional import RotaryEmbedding, apply_rope
-
         rope = RotaryEmbedding(d, t, base=500000.0)
         gpos = gp.from_numpy(pos.astype(np.int32))
         fused = gp.from_numpy(qkv.astype(gp.bfloat16))
@@ -75,8 +76,6 @@ def _embedding_cases(name: str, mod, n: int, vocab: int, dim: int, rng) -> dict[
     ids = rng.integers(0, vocab, n)
     moved = 2 * n * dim * 2
     if name == "pygpukit":
-        from pygpukit_nn.embedding import embedding
-
         w = gp.random.standard_normal((vocab, dim)).astype(gp.bfloat16)
         gids = gp.from_numpy(ids.astype(np.int32))
         return {
@@ -94,19 +93,12 @@ def _embedding_cases(name: str, mod, n: int, vocab: int, dim: int, rng) -> dict[
 
 
 def bench_nn_rope(rec: Recorder, quick: bool) -> None:
-    from .core import _free, _impls
-
-    try:
-        import pygpukit_nn  # noqa: F401
-    except ImportError:
-        print("  nn_rope: pygpukit-nn is not installed; skipped")
-        return
     gpu = gp.backend() == "cuda"
     t = (1024 if quick else 4096) if gpu else 256
     vocab = (32000 if quick else 128256) if gpu else 8000
     dim = 4096 if gpu else 1024
     warm, reps = ((2, 5) if quick else (3, 20)) if gpu else (1, 3)
-    for name, timer, mod in _impls(quick):
+    for name, timer, mod in impls():
         rng = np.random.default_rng(11)
         for case, (fn, moved) in _rope_cases(name, mod, t, rng).items():
             ms = median_time_ms(fn, timer, warm, reps)
@@ -114,4 +106,4 @@ def bench_nn_rope(rec: Recorder, quick: bool) -> None:
         for case, (fn, moved) in _embedding_cases(name, mod, t, vocab, dim, rng).items():
             ms = median_time_ms(fn, timer, warm, reps)
             rec.add(f"{case}_{t}x{dim}_V{vocab}", name, "GB/s", moved / ms / 1e6, True)
-        _free(name, mod)
+        free(name, mod)

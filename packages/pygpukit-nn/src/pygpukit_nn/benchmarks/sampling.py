@@ -15,8 +15,10 @@ from collections.abc import Callable
 import numpy as np
 
 import pygpukit as gp
+from pygpukit.benchmark.harness import Recorder, median_time_ms
 
-from .harness import Recorder, median_time_ms
+from ..sampling import sample
+from ._impls import free, impls
 
 CASES = {"top_p0.9": (0, 0.9), "top_k50_top_p0.9": (50, 0.9), "plain": (0, 1.0)}  # case -> (top_k, top_p)
 
@@ -53,8 +55,6 @@ def _cases(name: str, mod, host: np.ndarray) -> dict[str, Callable[[], object]]:
     """case -> call for implementation ``name``; a case the peer cannot run is left out."""
     out: dict[str, Callable[[], object]] = {}
     if name == "pygpukit":
-        from pygpukit_nn.sampling import sample
-
         gen = gp.random.Generator(0)
         for dt, tag in ((gp.float32, "f32"), (gp.bfloat16, "bf16")):
             x = gp.from_numpy(host.astype(dt))
@@ -73,19 +73,12 @@ def _cases(name: str, mod, host: np.ndarray) -> dict[str, Callable[[], object]]:
 
 
 def bench_nn_sampling(rec: Recorder, quick: bool) -> None:
-    from .core import _free, _impls
-
-    try:
-        import pygpukit_nn  # noqa: F401
-    except ImportError:
-        print("  nn_sampling: pygpukit-nn is not installed; skipped")
-        return
     gpu = gp.backend() == "cuda"
     b, v = (8, 152064) if gpu else (8, 16384 if quick else 32768)
     warm, reps = ((3, 10) if quick else (5, 30)) if gpu else (1, 3)
     host = np.random.default_rng(11).standard_normal((b, v), dtype=np.float32) * 3
-    for name, timer, mod in _impls(quick):
+    for name, timer, mod in impls():
         for case, fn in _cases(name, mod, host).items():
             ms = median_time_ms(fn, timer, warm, reps)
             rec.add(f"sample_{case}_{b}x{v}", name, "us", ms * 1e3, False)
-        _free(name, mod)
+        free(name, mod)

@@ -7,13 +7,14 @@ The floor is those bytes over the copy rate (the bandwidth suite)."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import numpy as np
 
 import pygpukit as gp
+from pygpukit.benchmark.harness import Recorder, median_time_ms
 
-from .harness import Recorder, median_time_ms
+from .. import functional as nn
+from ._impls import free, impls
 
 
 def _cases(name: str, mod, side: int, rng) -> dict[str, tuple[Callable[[], object], int]]:
@@ -25,7 +26,6 @@ def _cases(name: str, mod, side: int, rng) -> dict[str, tuple[Callable[[], objec
     n = side * side * 2  # bytes of one (side, side) bf16 array
     moved = {"rms_norm": 2 * n, "layer_norm": 2 * n, "add_rms_norm": 4 * n, "swiglu": 3 * n, "softmax": 2 * n}
     if name == "pygpukit":
-        nn: Any = gp.nn
         gx, gr, ggu, gw = (gp.from_numpy(a.astype(gp.bfloat16)) for a in (x, r, gu, w))
         calls = {
             "rms_norm": lambda: nn.rms_norm(gx, gw, 1e-6),
@@ -59,18 +59,11 @@ def _cases(name: str, mod, side: int, rng) -> dict[str, tuple[Callable[[], objec
 
 
 def bench_nn_norms(rec: Recorder, quick: bool) -> None:
-    from .core import _free, _impls
-
-    try:
-        import pygpukit_nn  # noqa: F401
-    except ImportError:
-        print("  nn_norms: pygpukit-nn is not installed; skipped")
-        return
     gpu = gp.backend() == "cuda"
     side = (2048 if quick else 8192) if gpu else 512
     warm, reps = ((2, 5) if quick else (3, 20)) if gpu else (1, 3)
-    for name, timer, mod in _impls(quick):
+    for name, timer, mod in impls():
         for case, (fn, moved) in _cases(name, mod, side, np.random.default_rng(7)).items():
             ms = median_time_ms(fn, timer, warm, reps)
             rec.add(f"{case}_bf16_{side}x{side}", name, "GB/s", moved / ms / 1e6, True)
-        _free(name, mod)
+        free(name, mod)
