@@ -176,7 +176,7 @@ def device() -> DeviceInfo:
 # -- foreign libraries --------------------------------------------------------------
 
 
-class launch_gate:  # noqa: N801 (used as a function: with launch_gate(stream): ...)
+class launch_gate:
     """``with launch_gate(stream): lib.launch(...)``: a launch made by a library
     outside pygpukit (cuBLASLt, cuFFT, NCCL, Triton) passes the scheduler's
     launch gate as pygpukit's own do (admission, pacing, per-task accounting).
@@ -236,7 +236,6 @@ def op(name: str) -> Callable[..., Any]:
     a plugin's public functions to call with their arguments positionally
     (the dispatch's fast path). Loads the plugins on first use."""
     return REGISTRY.dispatcher(name)
-
 
 
 def register_family(

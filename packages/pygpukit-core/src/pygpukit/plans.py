@@ -16,7 +16,6 @@ import weakref
 from collections.abc import Callable, Hashable
 from typing import Any, Generic, TypeVar
 
-
 K = TypeVar("K", bound=Hashable)
 P = TypeVar("P")
 
@@ -99,5 +98,3 @@ def clear_all() -> None:
         caches = list(_caches)
     for c in caches:
         c.clear()
-
-

@@ -83,21 +83,7 @@ def _cases(name: str, mod: Any, rffts: list[np.ndarray], y: np.ndarray) -> dict[
 def _impls() -> list[tuple[str, Any, Any]]:
     """(name, timer, module): pygpukit, then torch on the GPU (CuPy's cuFFT is
     the library torch calls) or NumPy on the CPU backend."""
-    if gp.backend() != "cuda":
-        return [("pygpukit", peers.host_timer(), gp), ("numpy", peers.host_timer(), np)]
-    out: list[tuple[str, Any, Any]] = [("pygpukit", peers.gp_timer(), gp)]
-    torch = peers.torch_cuda()
-    if torch is not None:
-        out.append(("torch", peers.torch_timer(torch), torch))
-    return out
-
-
-def _free(name: str, mod: Any) -> None:
-    """Give an implementation's cached device memory back before the next one runs."""
-    if name == "pygpukit":
-        gp.memory.empty_cache()
-    elif name == "torch":
-        mod.cuda.empty_cache()
+    return [i for i in peers.impls() if i[0] != "cupy"]
 
 
 def bench_audio_fft(rec: Recorder, quick: bool) -> None:
@@ -112,7 +98,7 @@ def bench_audio_fft(rec: Recorder, quick: bool) -> None:
     for name, timer, mod in _impls():
         for case, fn in _cases(name, mod, rffts, y).items():
             rec.add(case, name, "ms", median_time_ms(fn, timer, warm, reps), False)
-        _free(name, mod)
+        peers.free(name, mod)
     if gpu:
         _cufft_rffts(rec, rffts, warm, reps)
 

@@ -28,21 +28,6 @@ from .sorting import bench_sorting
 from .transfer import bench_transfer
 
 
-def _impls(quick: bool):
-    """(name, timer, module) for pygpukit and each available peer."""
-    out = [("pygpukit", peers.gp_timer() if gp.backend() == "cuda" else peers.host_timer(), gp)]
-    if gp.backend() == "cuda":
-        torch = peers.torch_cuda()
-        if torch is not None:
-            out.append(("torch", peers.torch_timer(torch), torch))
-        cupy = peers.cupy_cuda()
-        if cupy is not None:
-            out.append(("cupy", peers.cupy_timer(cupy), cupy))
-    else:
-        out.append(("numpy", peers.host_timer(), np))
-    return out
-
-
 def _arrays(name: str, mod, n: int):
     rng = np.random.default_rng(1)
     host_a = rng.standard_normal(n, dtype=np.float32)
@@ -58,19 +43,9 @@ def _arrays(name: str, mod, n: int):
 
 def bench_bandwidth(rec: Recorder, quick: bool) -> None:
     log2 = 24 if quick else 28
-    for name, timer, mod in _impls(quick):
+    for name, timer, mod in peers.impls():
         _bandwidth_one(rec, name, timer, mod, log2, quick)
-        _free(name, mod)
-
-
-def _free(name: str, mod) -> None:
-    """Give an implementation's cached device memory back before the next one runs."""
-    if name == "pygpukit":
-        gp.memory.empty_cache()
-    elif name == "torch":
-        mod.cuda.empty_cache()
-    elif name == "cupy":
-        mod.get_default_memory_pool().free_all_blocks()
+        peers.free(name, mod)
 
 
 def _bandwidth_one(rec: Recorder, name: str, timer, mod, log2: int, quick: bool) -> None:
@@ -91,7 +66,7 @@ def _bandwidth_one(rec: Recorder, name: str, timer, mod, log2: int, quick: bool)
 
 def bench_host_overhead(rec: Recorder, quick: bool) -> None:
     burst, reps = (50, 20) if quick else (50, 400)
-    for name, _, mod in _impls(quick):
+    for name, _, mod in peers.impls():
         _host_overhead_one(rec, name, mod, burst, reps)
 
 
@@ -142,7 +117,7 @@ def bench_reductions(rec: Recorder, quick: bool) -> None:
     side = 2048 if quick else 8192
     warm, reps = (2, 5) if quick else (3, 20)
     host = np.random.default_rng(3).standard_normal((side, side), dtype=np.float32)
-    for name, timer, mod in _impls(quick):
+    for name, timer, mod in peers.impls():
         arr: object
         if name == "pygpukit":
             arr = gp.from_numpy(host)

@@ -14,6 +14,7 @@ import numpy as np
 
 import pygpukit as gp
 
+from . import peers
 from .harness import Recorder, median_time_ms
 
 # op -> number of array inputs; each runs as f(*inputs) in every implementation
@@ -49,7 +50,6 @@ def _upload(name: str, mod: Any, host: np.ndarray, bf16: bool) -> Any:
 
 
 def bench_elementwise(rec: Recorder, quick: bool) -> None:
-    from .core import _free, _impls
 
     gpu = gp.backend() == "cuda"
     log2 = (22 if quick else 26) if gpu else 20
@@ -58,7 +58,7 @@ def bench_elementwise(rec: Recorder, quick: bool) -> None:
     x_host, y_host = (np.abs(rng.standard_normal(1 << log2, dtype=np.float32)) + 0.5 for _ in range(2))
     side = (2048 if quick else 8192) if gpu else 1024
     square = rng.standard_normal((side, side), dtype=np.float32)
-    impls = _impls(quick)
+    impls = peers.impls()
     # Each op is measured for every implementation in turn, so that clock and
     # thermal drift over the run does not favour whichever library goes first.
     for bf16 in (False, True):
@@ -76,7 +76,7 @@ def bench_elementwise(rec: Recorder, quick: bool) -> None:
                 rec.add(f"{op}_{'bf16' if bf16 else 'f32'}_2^{log2}", name, "GB/s", moved / ms / 1e6, True)
         del inputs
         for name, _, mod in impls:
-            _free(name, mod)
+            peers.free(name, mod)
     for name, timer, mod in impls:
         a = _upload(name, mod, square, False)
         exp = _fn(name, "exp", mod)
@@ -85,4 +85,4 @@ def bench_elementwise(rec: Recorder, quick: bool) -> None:
             ms = median_time_ms(functools.partial(exp, view), timer, warm, reps)
             rec.add(f"exp_f32_{side}^2_{layout}", name, "GB/s", 8 * side * side / ms / 1e6, True)
         del a, view
-        _free(name, mod)
+        peers.free(name, mod)

@@ -13,6 +13,7 @@ import numpy as np
 
 import pygpukit as gp
 
+from . import peers
 from .harness import Recorder, median_time_ms
 
 N_OPS = 100
@@ -52,12 +53,11 @@ def _replay(name: str, mod: Any) -> Callable[[], Any] | None:
 
 
 def bench_graphs(rec: Recorder, quick: bool) -> None:
-    from .core import _impls
 
     if gp.backend() != "cuda":
         return
     warm, reps = (3, 10) if quick else (10, 100)
-    for name, timer, mod in _impls(quick):
+    for name, timer, mod in peers.impls():
         replay = _replay(name, mod)
         if replay is None:
             continue

@@ -84,3 +84,32 @@ def host_timer() -> Timer:
         return (lambda: t.append(time.perf_counter())), end
 
     return start_stop
+
+
+def impls() -> list[tuple[str, Timer, Any]]:
+    """(name, timer, module) for pygpukit and each peer available here: PyTorch
+    and CuPy on the GPU, NumPy on the CPU backend (every suite compares these)."""
+    import numpy as np
+
+    import pygpukit as gp
+
+    if gp.backend() != "cuda":
+        return [("pygpukit", host_timer(), gp), ("numpy", host_timer(), np)]
+    out = [("pygpukit", gp_timer(), gp)]
+    torch = torch_cuda()
+    if torch is not None:
+        out.append(("torch", torch_timer(torch), torch))
+    cupy = cupy_cuda()
+    if cupy is not None:
+        out.append(("cupy", cupy_timer(cupy), cupy))
+    return out
+
+
+def free(name: str, mod: Any) -> None:
+    """Give an implementation's cached device memory back before the next one runs."""
+    if name == "pygpukit":
+        mod.memory.empty_cache()
+    elif name == "torch":
+        mod.cuda.empty_cache()
+    elif name == "cupy":
+        mod.get_default_memory_pool().free_all_blocks()

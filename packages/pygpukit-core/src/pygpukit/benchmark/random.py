@@ -11,6 +11,7 @@ import numpy as np
 
 import pygpukit as gp
 
+from . import peers
 from .harness import Recorder, median_time_ms
 
 
@@ -33,13 +34,12 @@ def _cases(name: str, mod, n: int) -> dict[str, Callable[[], object]]:
 def bench_random(rec: Recorder, quick: bool) -> None:
     """uniform / normal float32 (pygpukit: Philox4x32-10; torch: Philox; CuPy: cuRAND
     XORWOW), a new array per call as in each library's API."""
-    from .core import _impls
 
     gpu = gp.backend() == "cuda"
     log2 = (22 if quick else 26) if gpu else (20 if quick else 22)
     warm, reps = ((3, 10) if quick else (5, 30)) if gpu else (1, 3)
     n = 1 << log2
-    for name, timer, mod in _impls(quick):
+    for name, timer, mod in peers.impls():
         for case, fn in _cases(name, mod, n).items():
             ms = median_time_ms(fn, timer, warm, reps)
             rec.add(f"random_{case}_f32_2^{log2}", name, "GB/s", n * 4 / ms / 1e6, True)

@@ -12,6 +12,7 @@ import numpy as np
 
 import pygpukit as gp
 
+from . import peers
 from .harness import Recorder, median_time_ms
 
 
@@ -64,14 +65,13 @@ def _cases(name: str, mod, host: np.ndarray) -> dict[str, tuple[Callable[[], obj
 
 
 def bench_softmax(rec: Recorder, quick: bool) -> None:
-    from .core import _free, _impls
 
     gpu = gp.backend() == "cuda"
     side = (2048 if quick else 8192) if gpu else (512 if quick else 2048)
     warm, reps = ((2, 5) if quick else (3, 20)) if gpu else (1, 3)
     host = np.random.default_rng(5).standard_normal((side, side), dtype=np.float32) * 3
-    for name, timer, mod in _impls(quick):
+    for name, timer, mod in peers.impls():
         for case, (fn, moved) in _cases(name, mod, host).items():
             ms = median_time_ms(fn, timer, warm, reps)
             rec.add(f"{case}_{side}x{side}", name, "GB/s", moved / ms / 1e6, True)
-        _free(name, mod)
+        peers.free(name, mod)

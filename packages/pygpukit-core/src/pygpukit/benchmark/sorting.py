@@ -19,6 +19,7 @@ import numpy as np
 
 import pygpukit as gp
 
+from . import peers
 from .harness import Recorder, median_time_ms
 
 
@@ -48,7 +49,6 @@ def _cases(name: str, mod, hosts: dict[str, np.ndarray], k: int) -> dict[str, Ca
 
 
 def bench_sorting(rec: Recorder, quick: bool) -> None:
-    from .core import _impls
 
     gpu = gp.backend() == "cuda"
     log2, side, wide = (24, 4096, (64, 1 << 17)) if gpu else (20, 1024, (16, 1 << 15))
@@ -67,7 +67,7 @@ def bench_sorting(rec: Recorder, quick: bool) -> None:
         "argsort": f"argsort_f32_{side}x{side}",
         "topk": f"topk{k}_f32_{wide[0]}x2^{wide[1].bit_length() - 1}",
     }
-    for name, timer, mod in _impls(quick):
+    for name, timer, mod in peers.impls():
         for case, fn in _cases(name, mod, hosts, k).items():
             ms = median_time_ms(fn, timer, warm, reps)
             note = "values + int64 indices" if (name, case) == ("torch", "sort") else ""

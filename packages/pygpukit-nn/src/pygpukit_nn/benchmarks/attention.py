@@ -15,9 +15,9 @@ import numpy as np
 
 import pygpukit as gp
 from pygpukit.benchmark.harness import Recorder, median_time_ms
+from pygpukit.benchmark.peers import free, impls
 
 from ..attention import scaled_dot_product_attention
-from ._impls import free, impls
 
 # (name, heads, kv heads, S, causal) on the GPU
 GPU_CASES = [(f"sdpa_causal_bf16_1x32x{s}x128", 32, 32, s, True) for s in (1024, 2048, 4096, 8192)] + [

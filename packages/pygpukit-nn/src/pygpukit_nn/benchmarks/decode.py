@@ -24,10 +24,10 @@ import numpy as np
 import pygpukit as gp
 from pygpukit import ext
 from pygpukit.benchmark.harness import Recorder, median_time_ms
+from pygpukit.benchmark.peers import free, impls
 
 from ..decode_attn import decode_attention
 from ..kv_cache import KVCache, PagedKVCache
-from ._impls import free, impls
 
 HQ, HKV, D = 32, 8, 128
 ROTATE_BYTES = 200 << 20  # bytes of cache the calls cycle over

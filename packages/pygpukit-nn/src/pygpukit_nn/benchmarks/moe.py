@@ -25,10 +25,10 @@ from typing import Any
 
 import pygpukit as gp
 from pygpukit.benchmark.harness import Recorder, median_time_ms
+from pygpukit.benchmark.peers import free, impls
 
 from .. import moe
 from ..conv import conv1d as nn_conv1d
-from ._impls import free, impls
 
 Cases = dict[str, tuple[Callable[[], object], float]]
 

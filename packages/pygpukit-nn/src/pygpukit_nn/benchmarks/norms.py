@@ -12,9 +12,9 @@ import numpy as np
 
 import pygpukit as gp
 from pygpukit.benchmark.harness import Recorder, median_time_ms
+from pygpukit.benchmark.peers import free, impls
 
 from .. import functional as nn
-from ._impls import free, impls
 
 
 def _cases(name: str, mod, side: int, rng) -> dict[str, tuple[Callable[[], object], int]]:

@@ -17,10 +17,10 @@ import numpy as np
 
 import pygpukit as gp
 from pygpukit.benchmark.harness import Recorder, median_time_ms
+from pygpukit.benchmark.peers import free, impls
 
 from ..embedding import embedding
 from ..positional import RotaryEmbedding, apply_rope
-from ._impls import free, impls
 
 
 def _numpy_rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:

@@ -16,9 +16,9 @@ import numpy as np
 
 import pygpukit as gp
 from pygpukit.benchmark.harness import Recorder, median_time_ms
+from pygpukit.benchmark.peers import free, impls
 
 from ..sampling import sample
-from ._impls import free, impls
 
 CASES = {"top_p0.9": (0, 0.9), "top_k50_top_p0.9": (50, 0.9), "plain": (0, 1.0)}  # case -> (top_k, top_p)
 
