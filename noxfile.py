@@ -3,7 +3,7 @@
 tests   build and install every package as a wheel into a fresh venv, run all Python tests (CPU)
 rust    cargo fmt --check, clippy -D warnings, cargo test
 native  build the C++ driver module alone with warnings as errors
-lint    ruff check, ruff format --check, mypy on the public modules
+lint    ruff check, ruff format --check, the layer contracts (import-linter), mypy on the public modules
 docs    every PYGPUKIT_* variable the code reads is documented; relative links resolve
 gpu     on the GPU machine (no Rust, no network): install with a prebuilt _rt, run every test
         and the benchmark; see scripts/device-check.sh
@@ -12,6 +12,7 @@ gpu     on the GPU machine (no Rust, no network): install with a prebuilt _rt, r
 from __future__ import annotations
 
 import glob
+import os
 import re
 from pathlib import Path
 
@@ -76,9 +77,13 @@ def native(session: nox.Session) -> None:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    session.install("ruff>=0.6", "mypy>=1.10", "numpy", "ml_dtypes")
+    session.install("ruff>=0.6", "mypy>=1.10", "numpy", "ml_dtypes", "import-linter>=2.1")
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
+    # the layer contracts of pyproject.toml's [tool.importlinter], over the source trees:
+    # import-linter reads the files without importing them, so nothing is built
+    src = os.pathsep.join(str(ROOT / f"packages/pygpukit-{p}/src") for p in ["core", *PLUGINS])
+    session.run("lint-imports", env={"PYTHONPATH": src})
     session.chdir(ROOT / "packages/pygpukit-core/src")  # the package and its native-module stubs
     session.run("mypy", "--config-file", str(ROOT / "pyproject.toml"), "-p", "pygpukit")
 

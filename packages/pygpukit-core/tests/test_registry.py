@@ -306,3 +306,18 @@ def test_import_loads_neither_pluggy_nor_plugins():
     code = "import sys, pygpukit; print('pluggy' in sys.modules, [m for m in sys.modules if m.startswith('pygpukit_')])"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split("\n")[0]
     assert out == "False []"
+
+
+def test_an_implementation_may_come_before_its_ops_definition(reg):
+    impl = reg.register("later", _tagged("fast"), backend=HERE, priority=5, plugin="early")
+    assert [r.status for r in reg.table() if r.op == "later"] == ["waiting: no installed, enabled plugin defines this op"]
+    op = reg.define("later", nkey=1, plugin="definer")
+    reg.register("later", _tagged("ref"), backend=HERE, plugin="definer")
+    assert op(_arr()) == "fast" and impl.plugin == "early"
+    reg.remove_plugin("definer")  # the definer goes: the early implementation waits again
+    assert [r.impl for r in reg.table() if r.op == "later"] == ["early:fast"]
+    op = reg.define("later", nkey=1, plugin="definer")
+    assert op(_arr()) == "fast"
+    reg.remove_plugin("early")
+    with pytest.raises(gp.PluginError, match="not defined"):
+        reg.register("other", _tagged("x"), backend=HERE)  # core's own still need the definition first

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import pygpukit as gp
+from pygpukit import ext
 from pygpukit_gemm import cublaslt as cl
 
 
@@ -81,7 +82,7 @@ class FakeLib:
 def fake(monkeypatch):
     lib = FakeLib()
     monkeypatch.setattr(cl, "_lib", lib)
-    monkeypatch.setattr(cl, "_plans", {})
+    monkeypatch.setattr(cl, "_plans", ext.PlanCache("test.cublaslt.plans"))
     return lib
 
 
@@ -135,7 +136,7 @@ def test_bias_and_fp8_scale_plumbing(fake):
 def test_plugin_paths_on_the_fake(fake, monkeypatch):
     from pygpukit_gemm import plugin
 
-    monkeypatch.setattr(plugin, "_prepared", {})
+    monkeypatch.setattr(plugin, "_prepared", ext.PlanCache("test.plugin.prepared"))
     x = gp.from_numpy(np.ones((3, 4), np.float32))
     w = gp.from_numpy(np.ones((6, 4), np.float32))
     bias = gp.zeros((6,), gp.float32)
@@ -320,7 +321,7 @@ def computing(fake, monkeypatch):
     if gp.backend() == "cuda":
         pytest.skip("the computing fake reads operands through host pointers (CPU backend)")
     fake.dll = ComputingDll()
-    monkeypatch.setattr(epilogue, "_prepared", {})
+    monkeypatch.setattr(epilogue, "_prepared", ext.PlanCache("test.epilogue.prepared"))
     return fake
 
 
@@ -382,7 +383,7 @@ def test_fused_linear_copies_and_falls_back_on_the_computing_fake(computing, rng
         got = epilogue.fused_linear(gx, gw2, gb, residual=gr).to_numpy()
         assert got.dtype == np.float32 and np.max(np.abs(got - ref)) / np.max(np.abs(ref)) < 1e-5
     assert computing.dll.matmuls[-1][8] != gr.data_ptr  # C is a converted copy
-    assert len(epilogue._prepared) == 1 and next(iter(epilogue._prepared.values())).direct is None
+    assert len(epilogue._prepared) == 1 and epilogue._prepared.get(epilogue._key(gx, gw2, gb, None, gr)).direct is None
 
     # a cuBLASLt without an algorithm for an activation epilogue: the plain product, the activation after it
     heuristic = ComputingDll.cublasLtMatmulAlgoGetHeuristic

@@ -11,7 +11,8 @@ import pytest
 from gemm_testing import grouped_reference, uneven_offsets
 
 import pygpukit as gp
-from pygpukit_gemm import grouped, quantize_fp8, tc
+from pygpukit import ext
+from pygpukit_gemm import gemm_tc, grouped, quantize_fp8
 
 E4M3 = gp.float8_e4m3fn
 OUT_TOL = {gp.bfloat16: 1e-2, gp.float16: 2e-3, gp.float32: 1e-5}  # the output's one rounding
@@ -29,10 +30,8 @@ def _quantized(rng, shape, dtype=E4M3):
 
 
 def _kernel_here(k, dtype=E4M3, out=gp.bfloat16):
-    from pygpukit import _runtime
-
-    rt = _runtime.get()
-    return rt.backend == "cuda" and rt.sm >= 89 and k % 16 == 0 and dtype == E4M3 and out != gp.float32
+    dev = ext.device()
+    return dev.backend == "cuda" and dev.sm >= 89 and k % 16 == 0 and dtype == E4M3 and out != gp.float32
 
 
 def _contiguous_case(rng, t=300, e=5, n=72, k=64, dtype=E4M3, bias=True):
@@ -111,14 +110,14 @@ def test_fp8_kernels_compile_for_sm89_and_sm90(tmp_path, monkeypatch):
         pytest.skip("NVRTC not installed")
     monkeypatch.setenv("PYGPUKIT_CACHE_DIR", str(tmp_path))
     for entry in ("gemm_fp8", "grouped_fp8", "masked_fp8"):
-        for cfg in tc.CONFIGS + tc.WGMMA_CONFIGS:
-            for out in tc._CTYPE.values():
+        for cfg in gemm_tc.CONFIGS + gemm_tc.WGMMA_CONFIGS:
+            for out in gemm_tc.CTYPE.values():
                 for bias in (False, True):
-                    kernel = tc.fp8_kernel(entry, cfg, out, bias)
+                    kernel = gemm_tc.fp8_kernel(entry, cfg, out, bias)
                     for sm in (90,) if cfg.wgmma else (89, 90):
                         assert kernel.compile(sm).image[:4] == b"\x7fELF", (entry, cfg, out, bias, sm)
         if entry != "masked_fp8":  # with the TMA producer
-            assert tc.fp8_kernel(entry, tc.WGMMA_CONFIGS[0], "pgk::bfloat16", True, True).compile(90).image[:4] == b"\x7fELF"
+            assert gemm_tc.fp8_kernel(entry, gemm_tc.WGMMA_CONFIGS[0], "pgk::bfloat16", True, True).compile(90).image[:4] == b"\x7fELF"
 
 
 # -- on the GPU ---------------------------------------------------------------------

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import pygpukit as gp
+from pygpukit import ext
 from pygpukit_gemm import QuantizedWeight, dequantize_weight, quantize_weight
 
 FORMATS = ["int8", "int4", "fp8"]
@@ -73,9 +74,7 @@ def test_quantize_errors():
 
 
 def _sm():
-    from pygpukit import _runtime
-
-    return _runtime.get().sm
+    return ext.device().sm
 
 
 @pytest.mark.parametrize("fmt", FORMATS)

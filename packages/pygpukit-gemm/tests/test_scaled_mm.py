@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import pygpukit as gp
+from pygpukit import ext
 
 E4M3, E5M2 = np.dtype(gp.float8_e4m3fn), np.dtype(gp.float8_e5m2)
 
@@ -43,9 +44,7 @@ def test_against_float64(rng, out, mkn):
 
 
 def _sm():
-    from pygpukit import _runtime
-
-    return _runtime.get().sm
+    return ext.device().sm
 
 
 def test_bias_layouts_and_e5m2(rng):

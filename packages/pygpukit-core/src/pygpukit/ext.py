@@ -252,6 +252,7 @@ def register_family(
     min_sm: int = 0,
     priority: int = 10,
     predicate: Callable[..., bool] | None = None,
+    cuda_name: str = "kernel",
     triton_priority: int = 5,
     triton_predicate: Callable[..., bool] | None = None,
 ) -> None:
@@ -259,7 +260,8 @@ def register_family(
     ``pygpukit_register_ops`` argument): defines ``op`` (unless ``define`` is
     False: the op is someone else's), ``reference`` on every backend (the
     definition of the op, any dtype), ``cuda`` above it on the CUDA backend
-    for ``dtypes`` from SM ``min_sm`` where ``predicate(*args)`` holds, and
+    for ``dtypes`` from SM ``min_sm`` where ``predicate(*args)`` holds (named
+    ``cuda_name`` in routes and ``gp.ops.table()``), and
     ``triton`` (backend "triton", below the CUDA kernel unless routed). A
     plugin that adds a kernel to another's op passes ``define=False`` and no
     ``reference``."""
@@ -271,6 +273,6 @@ def register_family(
         for backend in ("cuda", "cpu"):
             registry.register(op, reference, backend=backend, name="reference")
     if cuda is not None:
-        registry.register(op, cuda, backend="cuda", dtypes=dtypes, min_sm=min_sm, priority=priority, predicate=predicate, name="kernel")
+        registry.register(op, cuda, backend="cuda", dtypes=dtypes, min_sm=min_sm, priority=priority, predicate=predicate, name=cuda_name)
     if triton is not None:
         registry.register(op, triton, backend="triton", dtypes=dtypes, priority=triton_priority, predicate=triton_predicate, name="triton")

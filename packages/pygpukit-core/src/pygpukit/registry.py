@@ -28,7 +28,6 @@ import importlib.util
 import itertools
 import os
 import threading
-import warnings
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -298,14 +297,6 @@ class OpRegistry:
                 from .plugins import manager
 
                 manager.load_all(self)
-                undefined = {op: sorted({i.plugin for i in impls}) for op, impls in self._pending.items() if impls}
-                if undefined:
-                    warnings.warn(
-                        "implementations of ops no plugin defines (is the defining plugin installed and enabled?): "
-                        + ", ".join(f"{op} from {', '.join(p)}" for op, p in sorted(undefined.items())),
-                        manager.PluginWarning,
-                        stacklevel=3,
-                    )
             self._apply_env_routes()
 
     # -- dispatch --------------------------------------------------------------
@@ -428,6 +419,10 @@ class OpRegistry:
                 ranked = self._ranked(entry, route)
                 for impl in sorted(entry.impls, key=lambda i: (-i.priority, i.order)):
                     status = self._status(impl, ranked, route)
+                    rows.append(ImplRow(op, impl.name, impl.backend, impl.dtype_names, impl.min_sm, impl.priority, impl.plugin, status))
+            for op, impls in sorted(self._pending.items()):
+                for impl in impls:
+                    status = "waiting: no installed, enabled plugin defines this op"
                     rows.append(ImplRow(op, impl.name, impl.backend, impl.dtype_names, impl.min_sm, impl.priority, impl.plugin, status))
         return rows
 

@@ -20,16 +20,13 @@ import itertools
 import math
 import threading
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 import pygpukit as gp
-from pygpukit import _nvlibs
-from pygpukit._native import launch_gate_enter as _gate_enter
-from pygpukit._native import launch_gate_exit as _gate_exit
+from pygpukit import ext
 from pygpukit.scheduler import sm_budget
-from pygpukit.streams import current_stream_handle
 
 _WHEEL_LIBS = (("cu13", "lib", "libcublasLt.so.13"), ("cublas", "lib", "libcublasLt.so.12"))
 _SYSTEM_SONAMES = ("libcublasLt.so.13", "libcublasLt.so.12")
@@ -71,7 +68,7 @@ class _HeuristicResult(ctypes.Structure):
 
 def candidates() -> list[str]:
     """Paths and sonames to try, in order."""
-    return [c for c, _ in _nvlibs.candidates("PYGPUKIT_CUBLASLT_PATH", _WHEEL_LIBS, _SYSTEM_SONAMES)]
+    return [c for c, _ in ext.library_candidates("PYGPUKIT_CUBLASLT_PATH", _WHEEL_LIBS, _SYSTEM_SONAMES)]
 
 
 @dataclass(frozen=True)
@@ -121,7 +118,7 @@ class _Lib:
 
     def __init__(self) -> None:
         try:
-            self.dll, self.path = _nvlibs.load_first(candidates())
+            self.dll, self.path = ext.load_library("PYGPUKIT_CUBLASLT_PATH", _WHEEL_LIBS, _SYSTEM_SONAMES)
         except OSError as e:
             raise CublasLtError(f"cuBLASLt could not be loaded (pip install nvidia-cublas); {e}") from None
         d = self.dll
@@ -170,7 +167,29 @@ def library() -> _Lib:
     return _lib
 
 
-@dataclass
+class PlanKey(NamedTuple):
+    """What a plan depends on: the dtypes of a, b and the result, the compute
+    type, both operands' layouts, m and n, the batch, the alignments of cuBLASLt's
+    A, B, C and D, the epilogue's bias, the fp8 scales and their modes, the
+    epilogue and a C of its own, and the scheduler's SM budget (0: all SMs)."""
+
+    dtypes: tuple[str, str, str]
+    compute: int
+    la: OperandLayout
+    lb: OperandLayout
+    m: int
+    n: int
+    batch: int
+    aligns: tuple[int, int, int, int]
+    bias: bool
+    scaled: bool
+    scale_modes: tuple[int, int]
+    epilogue: int
+    c: bool
+    sms: int
+
+
+@dataclass(frozen=True, slots=True)
 class Plan:
     desc: int
     layouts: tuple[int, int, int]  # cuBLASLt's A (our b), B (our a), D
@@ -183,7 +202,7 @@ class Plan:
     c_layout: int = 0  # C's own layout (D's shape) when beta = 1 adds a C other than D; 0: no C
 
 
-_plans: dict[tuple, Plan] = {}
+_plans: ext.PlanCache[PlanKey, Plan] = ext.PlanCache("pygpukit_gemm.cublaslt.plans")
 _plans_lock = threading.Lock()
 
 
@@ -191,17 +210,15 @@ def _alignment(ptr: int) -> int:
     return min(256, ptr & -ptr) if ptr else 256
 
 
-def _plan(key: tuple) -> Plan:
+def _plan(key: PlanKey) -> Plan:
     plan = _plans.get(key)
     if plan is None:
         with _plans_lock:
-            plan = _plans.get(key)
-            if plan is None:
-                plan = _plans[key] = _build(key)
+            plan = _plans.get(key) or _plans.put(key, _build(key))
     return plan
 
 
-def _build(key: tuple) -> Plan:
+def _build(key: PlanKey) -> Plan:
     (ta, tb, td), compute, la, lb, m, n, batch, aligns, bias, scaled, scale_modes, epilogue, c, sms = key
     lib, d = library(), library().dll
     vp = ctypes.c_void_p
@@ -284,7 +301,7 @@ class Prepared:
 
     __slots__ = ("_args", "_fn", "_key", "_plan", "dtype", "out_shape")
 
-    def __init__(self, key: tuple, out_shape: tuple[int, ...], dtype: np.dtype) -> None:
+    def __init__(self, key: PlanKey, out_shape: tuple[int, ...], dtype: np.dtype) -> None:
         lib = library()
         plan = _plan(key)
         self._key, self._plan, self._fn, self.out_shape, self.dtype = key, plan, lib.dll.cublasLtMatmul, out_shape, dtype
@@ -298,13 +315,13 @@ class Prepared:
         plan = self._plan
         sms = sm_budget()
         if sms is not None:  # a best-effort task's product: a plan sized for its SMs
-            plan = _plan((*self._key[:-1], sms))
+            plan = _plan(self._key._replace(sms=sms))
             desc, alpha, beta, algo = plan.desc, ctypes.addressof(plan.alpha), ctypes.addressof(plan.beta), ctypes.addressof(plan.algo)
         la, lb, ld = plan.layouts
-        stream = current_stream_handle()
-        out = gp.GPUArray._empty(self.out_shape, self.dtype, stream)
-        ws = gp.GPUArray._empty((plan.workspace,), _UINT8, stream) if plan.workspace else None
-        ptr = out._ptr
+        stream = ext.current_stream()
+        out = ext.empty(self.out_shape, self.dtype, stream)
+        ws = ext.empty((plan.workspace,), _UINT8, stream) if plan.workspace else None
+        ptr = out.data_ptr
         args = (
             handle,
             desc,
@@ -319,7 +336,7 @@ class Prepared:
             ptr,
             ld,
             algo,
-            ws._ptr if ws is not None else None,
+            ws.data_ptr if ws is not None else None,
             plan.workspace,
             stream,
         )
@@ -332,20 +349,18 @@ class Prepared:
                 if plan.scaled:  # cuBLASLt's A is our b
                     lib.set_attr(set_attr, desc, DESC_A_SCALE_POINTER, ctypes.c_void_p(scale_b_ptr), "set A_SCALE_POINTER")
                     lib.set_attr(set_attr, desc, DESC_B_SCALE_POINTER, ctypes.c_void_p(scale_a_ptr), "set B_SCALE_POINTER")
-                status = self._launch(args, stream)
+                self._launch(args, stream)
         else:
-            status = self._launch(args, stream)
-        if status:
-            library().check(status, "cublasLtMatmul")
+            self._launch(args, stream)
         return out
 
-    def _launch(self, args: tuple, stream: int) -> int:
-        # cuBLASLt launches outside pygpukit._native: pass the scheduler's launch gate here.
-        token = _gate_enter(stream)
-        status = int(self._fn(*args))
-        if token and not status:
-            _gate_exit(stream, token)
-        return status
+    def _launch(self, args: tuple, stream: int) -> None:
+        # cuBLASLt launches outside pygpukit's launcher: its launch passes the scheduler's gate,
+        # and counts there only when it succeeded (the failure raises inside the block)
+        with ext.launch_gate(stream):
+            status = self._fn(*args)
+            if status:
+                library().check(status, "cublasLtMatmul")
 
 
 _UINT8 = np.dtype(np.uint8)
@@ -387,7 +402,9 @@ def prepare(
     aligns = (_alignment(b.data_ptr), _alignment(a.data_ptr), c_align, 256)  # pool blocks are 512-byte aligned
     compute = COMPUTE_32F if scaled else compute_type(dt)
     fuse = (epilogue, c is not None)
-    key = ((a.dtype.name, b.dtype.name, dt.name), compute, la, lb, m, n, math.prod(batch), aligns, bias, scaled, scale_modes, *fuse, 0)
+    key = PlanKey(
+        (a.dtype.name, b.dtype.name, dt.name), compute, la, lb, m, n, math.prod(batch), aligns, bias, scaled, scale_modes, *fuse, 0
+    )
     return Prepared(key, out_shape, dt)
 
 

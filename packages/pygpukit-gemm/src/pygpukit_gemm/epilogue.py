@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 
 import pygpukit as gp
+from pygpukit import ext
 from pygpukit.linalg import get_matmul_precision
 
 from . import cublaslt
@@ -166,8 +167,8 @@ class _Fused:
     def __call__(self, x: gp.GPUArray, w: gp.GPUArray, bias: Any, residual: Any) -> gp.GPUArray:
         f = self.fusion
         if self.direct is not None:
-            bias_ptr = 0 if bias is None else bias._ptr
-            out = self.direct(x._ptr, w._ptr, bias_ptr, c_ptr=residual._ptr if f.c else 0)
+            bias_ptr = 0 if bias is None else bias.data_ptr
+            out = self.direct(x.data_ptr, w.data_ptr, bias_ptr, c_ptr=residual.data_ptr if f.c else 0)
         else:
             x2, wt, b, r = self._operands(x, w, bias, residual)
             out = self._prepare(x2, wt, b, r)(
@@ -176,18 +177,15 @@ class _Fused:
         return finish(out, f.after, residual if f.add_residual else None)
 
 
-# by call signature: shapes, strides, dtypes and pointer alignments of the
-# arrays, the activation, the matmul precision
-_prepared: dict[tuple, _Fused] = {}
+# by call signature: the layouts of the arrays (shapes, strides, dtypes, pointer
+# alignments: cuBLASLt's heuristic takes them), the activation, the matmul precision
+_Key = tuple[Any, Any, Any, Any, Any, str]
+_prepared: ext.PlanCache[_Key, _Fused] = ext.PlanCache("pygpukit_gemm.epilogue.prepared")
 
 
-def _key(x: Any, w: Any, bias: Any, activation: Any, residual: Any) -> tuple:
-    return (
-        x._shape, x._strides, x._dtype, x._ptr & 255, w._shape, w._strides, w._dtype, w._ptr & 255,
-        None if bias is None else (bias._shape, bias._dtype, bias._contig),
-        None if residual is None else (residual._shape, residual._strides, residual._dtype, residual._ptr & 255),
-        activation, get_matmul_precision(),
-    )  # fmt: skip
+def _key(x: Any, w: Any, bias: Any, activation: Any, residual: Any) -> _Key:
+    lay = ext.layout_key
+    return (lay(x, 256), lay(w, 256), lay(bias, 256), lay(residual, 256), activation, get_matmul_precision())
 
 
 def fused_linear(x: Any, w: Any, bias: Any = None, *, activation: str | None = None, residual: Any = None) -> gp.GPUArray:
@@ -195,8 +193,10 @@ def fused_linear(x: Any, w: Any, bias: Any = None, *, activation: str | None = N
     (see the module docstring); a repeated signature makes one library call (plus
     the in-place ops it cannot fuse)."""
     try:
-        fused = _prepared[_key(x, w, bias, activation, residual)]
-    except (KeyError, AttributeError, TypeError):  # TypeError: an unhashable activation, which check() reports
+        fused = _prepared.get(_key(x, w, bias, activation, residual))
+    except (AttributeError, TypeError):  # not arrays, or an unhashable activation: check() reports them
+        fused = None
+    if fused is None:
         return _first(x, w, bias, activation, residual)
     return fused(x, w, bias, residual)
 
@@ -205,5 +205,5 @@ def _first(x: Any, w: Any, bias: Any, activation: Any, residual: Any) -> gp.GPUA
     act = check(x, w, bias, activation, residual)
     if x.size == 0 or w.shape[0] == 0:  # an empty product or sum: nothing for cuBLASLt to do
         return reference(x, w, bias, activation=act, residual=residual)
-    fused = _prepared[_key(x, w, bias, act, residual)] = _Fused(x, w, bias, act, residual)
+    fused = _prepared.put(_key(x, w, bias, act, residual), _Fused(x, w, bias, act, residual))
     return fused(x, w, bias, residual)

@@ -7,24 +7,23 @@ cores (``variant``: plain weights with K a multiple of 128, quantized ones in
 groups of a multiple of 128), otherwise on the FFMA kernel, whose warps per
 block and columns per warp per format ran fastest on an H100 (``TILES``).
 
-Two products fuse the op before them into the tensor-core GEMV (the ops
-``add_rms_norm_linear`` and ``swiglu_linear`` of prologue.py): each block
-builds the few rows of activations in shared memory, so a decode step saves
-the norm's or the activation's kernel and its round trip through memory."""
+Two products fuse the op before them into the tensor-core GEMV: pygpukit-nn's
+ops ``add_rms_norm_linear`` and ``swiglu_linear`` (defined there with their
+reference; this plugin registers these kernels for them by op name). Each
+block builds the few rows of activations in shared memory, so a decode step
+saves the norm's or the activation's kernel and its round trip through memory."""
 
 from __future__ import annotations
 
-import os
-import struct
+from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
 import numpy as np
 
 import pygpukit as gp
-from pygpukit import _runtime
+from pygpukit import ext
 from pygpukit.linalg import linear_shapes
-from pygpukit.streams import current_stream_handle
 
 MAX_ROWS = 8  # rows of activations the kernel takes
 # format -> (warps per block, output columns per warp) for 1 row, 2 rows and more:
@@ -121,14 +120,12 @@ def grid_of(fmt: str, tile: tuple[int, ...], n: int) -> int:
     return -(-n // (16 * tile[2] if fmt in MMA else tile[0] * tile[1]))
 
 
-@cache
 def _source() -> str:
-    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels", "gemv.cu")) as f:
-        return f.read()
+    return ext.kernel_source(__name__, "gemv")
 
 
 @cache
-def kernel(rows: int, fmt: str, ctype: str, tile: tuple[int, ...] | None = None) -> Any:
+def kernel(rows: int, fmt: str, ctype: str, tile: tuple[int, ...] | None = None) -> ext.Kernel:
     """The kernel for ``rows`` rows of ``ctype`` activations and ``fmt`` weights (a ``variant``)."""
     if fmt in MMA:
         warps, depth, tiles = tile or tile_of(fmt, rows)
@@ -137,7 +134,7 @@ def kernel(rows: int, fmt: str, ctype: str, tile: tuple[int, ...] | None = None)
         warps, cols = tile or tile_of(fmt, rows)
         weight = f"pgk::Plain<{ctype}>" if fmt == "plain" else _FORMATS[fmt]
         expr = f"pgk::gemv<{rows}, {weight}, {warps}, {cols}, {ctype}>"
-    return gp.jit(
+    return ext.Kernel(
         _source(),
         expr,
         signature="const void* x, const void* q, const void* scales, const void* bias, void* y, int N, int K, int G",
@@ -147,9 +144,9 @@ def kernel(rows: int, fmt: str, ctype: str, tile: tuple[int, ...] | None = None)
 
 
 @cache
-def _dequantize_kernel(fmt: str, ctype: str) -> Any:
-    return gp.jit(_source(), f"pgk::dequantize<{_FORMATS[fmt]}, {ctype}>",
-                  signature="const void* q, const void* scales, void* out, long long chunks, int K, int G", name="gemv.cu")  # fmt: skip
+def _dequantize_kernel(fmt: str, ctype: str) -> ext.Kernel:
+    return ext.Kernel(_source(), f"pgk::dequantize<{_FORMATS[fmt]}, {ctype}>",
+                      signature="const void* q, const void* scales, void* out, long long chunks, int K, int G", name="gemv.cu")  # fmt: skip
 
 
 def dequantizes(q: Any, scales: Any, dtype: Any) -> bool:
@@ -165,14 +162,22 @@ def dequantize(q: gp.GPUArray, scales: gp.GPUArray, fmt: str, n: int, k: int, gr
     out = gp.empty((n, k), dtype)
     chunks = q.nbytes // 16
     if chunks:
-        grid = min(-(-chunks // 256), 16 * _runtime.get().props["multiprocessor_count"])
+        grid = min(-(-chunks // 256), 16 * ext.device().multiprocessor_count)
         _dequantize_kernel(fmt, _CTYPES[np.dtype(dtype)])(grid, 256, q, scales, out, chunks, k, group)
     return out
 
 
-# Launches prepared per call signature: (CUfunction, grid, threads, output shape, dependent launch).
-_launches: dict[tuple, tuple[int, int, int, tuple[int, ...], bool]] = {}
-_PARAMS = struct.Struct("@PPPPPiii")  # the kernel's parameters, in the CUDA ABI layout
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """A call signature's GEMV: its launch and the output's shape."""
+
+    launch: ext.Launch
+    out_shape: tuple[int, ...]
+
+
+# (x's layout, the weight's format, stored shape and group size, the bias's layout)
+_PlanKey = tuple[Any, str, tuple[int, ...], int, Any]
+_plans: ext.PlanCache[_PlanKey, _Plan] = ext.PlanCache("pygpukit_gemm.gemv.plans")
 
 
 def run(x: gp.GPUArray, q: gp.GPUArray, scales: gp.GPUArray | None, fmt: str, n: int, k: int, group: int, bias: Any) -> gp.GPUArray:
@@ -180,19 +185,16 @@ def run(x: gp.GPUArray, q: gp.GPUArray, scales: gp.GPUArray | None, fmt: str, n:
     (n, k) weight W stored as ``q`` (and ``scales``) in format ``fmt``. A
     repeated call signature goes straight to the launch: the host must stay
     ahead of a ~15-50 us kernel."""
-    try:
-        bkey = None if bias is None else (bias._shape, bias._dtype, bias._contig)
-        fn, grid, threads, out_shape, dep = _launches[x._shape, x._dtype, x._strides, x._ptr & 15, fmt, q._shape, group, bkey]
-    except (KeyError, AttributeError):
-        return _first(x, q, scales, fmt, n, k, group, bias)
-    stream = current_stream_handle()
-    y = gp.GPUArray._empty(out_shape, x._dtype, stream)
-    params = _PARAMS.pack(x._ptr, q._ptr, 0 if scales is None else scales._ptr, 0 if bias is None else bias._ptr, y._ptr, n, k, group)
-    _runtime.get().native.launch(fn, grid, 1, 1, threads, 1, 1, 0, stream, params, dep)
+    key = (ext.layout_key(x), fmt, q.shape, group, ext.layout_key(bias))
+    plan = _plans.get(key)
+    if plan is None:
+        return _first(key, x, q, scales, fmt, n, k, group, bias)
+    y = ext.empty(plan.out_shape, x.dtype)
+    plan.launch(x, q, scales, bias, y, n, k, group)
     return y
 
 
-def _first(x: gp.GPUArray, q: gp.GPUArray, scales: Any, fmt: str, n: int, k: int, group: int, bias: Any) -> gp.GPUArray:
+def _first(key: _PlanKey, x: gp.GPUArray, q: gp.GPUArray, scales: Any, fmt: str, n: int, k: int, group: int, bias: Any) -> gp.GPUArray:
     lead = x.shape[:-1]
     rows = x.size // k
     x2 = x.reshape(rows, k)
@@ -205,20 +207,11 @@ def _first(x: gp.GPUArray, q: gp.GPUArray, scales: Any, fmt: str, n: int, k: int
     y = gp.empty((rows, n), x.dtype)
     if rows:
         kind = variant(fmt, x.dtype, group, k)
-        tile = tile_of(kind, rows, n, k, _runtime.get().props["multiprocessor_count"])
-        kern = kernel(rows, kind, _CTYPES[np.dtype(x.dtype)], tile)
-        warps, grid = tile[0], grid_of(kind, tile, n)
-        kern(grid, warps * 32, x2, q, scales, b, y, n, k, group)
+        tile = tile_of(kind, rows, n, k, ext.device().multiprocessor_count)
+        launch = kernel(rows, kind, _CTYPES[np.dtype(x.dtype)], tile).launcher(grid_of(kind, tile, n), tile[0] * 32)
+        launch(x2, q, scales, b, y, n, k, group)
         if direct:
-            bkey = None if bias is None else (bias._shape, bias._dtype, bias._contig)
-            rt = _runtime.get()
-            _launches[x._shape, x._dtype, x._strides, x._ptr & 15, fmt, q._shape, group, bkey] = (
-                kern._function(rt),
-                grid,
-                warps * 32,
-                (*lead, n),
-                kern.dependent(rt),
-            )
+            _plans.put(key, _Plan(launch, (*lead, n)))
     return y.reshape(*lead, n)
 
 
@@ -253,42 +246,31 @@ MAX_FUSED_BYTES = 96 * 1024  # the rows of activations a block builds in shared 
 # grows with rows x blocks; at batch 8 an H100 decoded 29-44% slower fused
 # (Qwen2-0.5B / Llama-1.1B shapes) and 9-20% faster at batch 1.
 MAX_FUSED_ROWS = 2
-_FUSED = {
-    "add_rms": ("@PPPPfPPPii", "const void* a, const void* r, const void* g, void* h, float eps, const void* q, const void* bias, "
-                "void* y, int N, int K"),
-    "swiglu": ("@PqPPPii", "const void* gu, long long ld, const void* q, const void* bias, void* y, int N, int K"),
-}  # fmt: skip
-_FUSED_PARAMS = {kind: struct.Struct(fmt) for kind, (fmt, _) in _FUSED.items()}
+FUSED_SIGNATURES = {
+    "add_rms": "const void* a, const void* r, const void* g, void* h, float eps, const void* q, const void* bias, void* y, int N, int K",
+    "swiglu": "const void* gu, long long ld, const void* q, const void* bias, void* y, int N, int K",
+}
 
 
 @cache
-def fused_kernel(kind: str, rows: int, ctype: str, tile: tuple[int, ...]) -> Any:
+def fused_kernel(kind: str, rows: int, ctype: str, tile: tuple[int, ...]) -> ext.Kernel:
     """The tensor-core GEMV of plain weights with the ``kind`` prologue ("add_rms" or "swiglu") for ``rows`` rows."""
-    return gp.jit(_source(), f"pgk::gemv_mma_{kind}<{rows}, {tile[0]}, {tile[1]}, {ctype}>", signature=_FUSED[kind][1], name="gemv.cu",
-                  dependent_launch=True)  # fmt: skip
+    return ext.Kernel(_source(), f"pgk::gemv_mma_{kind}<{rows}, {tile[0]}, {tile[1]}, {ctype}>", signature=FUSED_SIGNATURES[kind],
+                      name="gemv.cu", dependent_launch=True)  # fmt: skip
 
 
-# Launches prepared per (kind, rows, dtype, n, k): (CUfunction, grid, threads, dependent launch).
-_fused_launches: dict[tuple, tuple[int, int, int, bool]] = {}
+# Launches by (kind, rows, dtype, n, k); the rows of activations a block builds fix its shared memory.
+_fused_launches: ext.PlanCache[tuple[str, int, np.dtype, int, int], ext.Launch] = ext.PlanCache("pygpukit_gemm.gemv.fused")
 
 
-def _launch_fused(kind: str, rows: int, dtype: np.dtype, n: int, k: int, args: tuple[Any, ...]) -> None:
+def _launch_fused(kind: str, rows: int, dtype: np.dtype, n: int, k: int, *args: Any) -> None:
     key = (kind, rows, dtype, n, k)
-    plan = _fused_launches.get(key)
-    if plan is None:
-        rt = _runtime.get()
+    launch = _fused_launches.get(key)
+    if launch is None:
         tile = tile_of("plain_mma", rows, n, k)
         kern = fused_kernel(kind, rows, _CTYPES[dtype], tile)
-        fn = kern._function(rt)
-        rt.native.function_set_max_dynamic_shared_memory(fn, MAX_FUSED_BYTES)
-        plan = _fused_launches[key] = (fn, grid_of("plain_mma", tile, n), tile[0] * 32, kern.dependent(rt))
-    fn, grid, threads, dep = plan
-    smem = rows * k * dtype.itemsize
-    _runtime.get().native.launch(fn, grid, 1, 1, threads, 1, 1, smem, current_stream_handle(), _FUSED_PARAMS[kind].pack(*args), dep)
-
-
-def _ptr(a: Any) -> int:
-    return 0 if a is None else a.data_ptr
+        launch = _fused_launches.put(key, kern.launcher(grid_of("plain_mma", tile, n), tile[0] * 32, rows * k * dtype.itemsize))
+    launch(*args)
 
 
 def _aligned(a: Any, x: Any, shape: tuple[int, ...]) -> bool:
@@ -336,10 +318,9 @@ def add_rms_norm_linear(x: Any, residual: Any, weight: Any, eps: float, w: Any, 
     """``(rms_norm(h, weight, eps) @ w.T + bias, h)`` with ``h = x + residual`` (x when
     residual is None), in one kernel for decode rows (``takes_add_rms_norm_linear``)."""
     k, n = x.shape[-1], w.shape[0]
-    y = gp.empty((*x.shape[:-1], n), x.dtype)
-    h = x if residual is None else gp.empty(x.shape, x.dtype)
-    args = (x.data_ptr, _ptr(residual), _ptr(weight), h.data_ptr, float(eps), w.data_ptr, _ptr(bias), y.data_ptr, n, k)
-    _launch_fused("add_rms", x.size // k, x.dtype, n, k, args)
+    y = ext.empty((*x.shape[:-1], n), x.dtype)
+    h = x if residual is None else ext.empty(x.shape, x.dtype)
+    _launch_fused("add_rms", x.size // k, x.dtype, n, k, x, residual, weight, h, float(eps), w, bias, y, n, k)
     return y, h
 
 
@@ -355,6 +336,6 @@ def takes_swiglu_linear(gu: Any, w: Any, bias: Any = None) -> bool:
 def swiglu_linear(gu: Any, w: Any, bias: Any = None) -> gp.GPUArray:
     """``swiglu(gu) @ w.T + bias`` in one kernel for decode rows (``takes_swiglu_linear``)."""
     k, n = gu.shape[-1] // 2, w.shape[0]
-    y = gp.empty((*gu.shape[:-1], n), gu.dtype)
-    _launch_fused("swiglu", gu.size // gu.shape[-1], gu.dtype, n, k, (gu.data_ptr, 2 * k, w.data_ptr, _ptr(bias), y.data_ptr, n, k))
+    y = ext.empty((*gu.shape[:-1], n), gu.dtype)
+    _launch_fused("swiglu", gu.size // gu.shape[-1], gu.dtype, n, k, gu, 2 * k, w, bias, y, n, k)
     return y

@@ -35,14 +35,13 @@ output; the reference
 
 from __future__ import annotations
 
-import struct
 from typing import Any
 
 import numpy as np
 
 import pygpukit as gp
 
-from . import tc
+from . import gemm_tc
 
 _INDEX_DTYPES = (np.dtype(np.int32), np.dtype(np.int64))
 
@@ -100,11 +99,7 @@ def reference_masked(x: Any, w: Any, masked_m: Any, bias: Any = None) -> gp.GPUA
 
 def kernel_dtypes(x: Any, w: Any, *args: Any, **kwargs: Any) -> bool:
     """Predicate: operands the tensor-core kernel takes (bf16/fp16, one dtype)."""
-    return x.dtype == w.dtype and x.dtype in tc.DTYPES
-
-
-_GROUPED = struct.Struct("@PPPPPPiiiiqqqqqqP")
-_MASKED = struct.Struct("@PPPPPPiiiiqqqqqqqqq")
+    return x.dtype == w.dtype and x.dtype in gemm_tc.DTYPES
 
 
 def _counts(c: gp.GPUArray) -> gp.GPUArray:
@@ -122,19 +117,20 @@ def grouped_linear(x: Any, w: Any, offs: Any, bias: Any = None) -> gp.GPUArray:
     if out.size == 0 or e == 0:
         out[...] = 0
         return out
-    cfg = tc.config_for(max(1, t // e), n, e, grouped=True)
-    A, B = tc.operand_a(x), tc.operand_b(w.swapaxes(1, 2), nk_only=cfg.wgmma)
-    b_ = tc._epilogue_vector(bias, x.dtype)
+    cfg = gemm_tc.config_for(max(1, t // e), n, e, grouped=True)
+    A, B = gemm_tc.operand_a(x), gemm_tc.operand_b(w.swapaxes(1, 2), nk_only=cfg.wgmma)
+    b_ = gemm_tc.epilogue_vector(bias, x.dtype)
     maps = None
     if B.batch_stride == n * B.ld:  # the experts' weights as one stack of rows
-        maps = tc.tma_maps(cfg, (A.array.data_ptr, t, A.ld * 2), (B.array.data_ptr, e * n, B.ld * 2), A.array.shape[-1])
-    kernel = tc._kernel("grouped", cfg, B.nk, tc._CTYPE[x.dtype], tc.ACTIVATIONS[None], b_ is not None, False, maps is not None)
-    params = _GROUPED.pack(
-        A.array.data_ptr, B.array.data_ptr, out.data_ptr, 0 if b_ is None else b_.data_ptr, 0, _counts(offs).data_ptr,
-        e, t, n, A.array.shape[-1], A.ld, B.ld, n, 0, B.batch_stride, n, 0 if maps is None else maps.data_ptr,
-    )  # fmt: skip
+        maps = gemm_tc.tma_maps(cfg, (A.array.data_ptr, t, A.ld * 2), (B.array.data_ptr, e * n, B.ld * 2), A.array.shape[-1])
+    kernel = gemm_tc.kernel(
+        "grouped", cfg, B.nk, gemm_tc.CTYPE[x.dtype], gemm_tc.ACTIVATIONS[None], b_ is not None, False, maps is not None
+    )
     row_tiles = -(-t // cfg.bm) + e  # every expert may end in a partial tile
-    tc._launch(tc._function(kernel, cfg), row_tiles * -(-n // cfg.bn), cfg, params)
+    gemm_tc.launch(
+        kernel, cfg, row_tiles * -(-n // cfg.bn),
+        A.array, B.array, out, b_, None, _counts(offs), e, t, n, A.array.shape[-1], A.ld, B.ld, n, 0, B.batch_stride, n, maps,
+    )  # fmt: skip
     return out
 
 
@@ -147,15 +143,15 @@ def grouped_linear_masked(x: Any, w: Any, masked_m: Any, bias: Any = None) -> gp
     out = gp.empty((e, max_m, n), x.dtype)
     if out.size == 0:
         return out
-    cfg = tc.config_for(max_m, n, e, grouped=True)
-    A, B = tc.operand_a(x), tc.operand_b(w.swapaxes(1, 2), nk_only=cfg.wgmma)
-    b_ = tc._epilogue_vector(bias, x.dtype)
-    kernel = tc._kernel("masked", cfg, B.nk, tc._CTYPE[x.dtype], tc.ACTIVATIONS[None], b_ is not None, False)
-    params = _MASKED.pack(
-        A.array.data_ptr, B.array.data_ptr, out.data_ptr, 0 if b_ is None else b_.data_ptr, 0, _counts(masked_m).data_ptr,
-        e, max_m, n, A.array.shape[-1], A.ld, B.ld, n, 0, A.batch_stride, B.batch_stride, max_m * n, 0, n,
+    cfg = gemm_tc.config_for(max_m, n, e, grouped=True)
+    A, B = gemm_tc.operand_a(x), gemm_tc.operand_b(w.swapaxes(1, 2), nk_only=cfg.wgmma)
+    b_ = gemm_tc.epilogue_vector(bias, x.dtype)
+    kernel = gemm_tc.kernel("masked", cfg, B.nk, gemm_tc.CTYPE[x.dtype], gemm_tc.ACTIVATIONS[None], b_ is not None, False)
+    gemm_tc.launch(
+        kernel, cfg, -(-max_m // cfg.bm) * -(-n // cfg.bn) * e,
+        A.array, B.array, out, b_, None, _counts(masked_m), e, max_m, n, A.array.shape[-1], A.ld, B.ld, n, 0, A.batch_stride,
+        B.batch_stride, max_m * n, 0, n,
     )  # fmt: skip
-    tc._launch(tc._function(kernel, cfg), -(-max_m // cfg.bm) * -(-n // cfg.bn) * e, cfg, params)
     return out
 
 
@@ -163,8 +159,6 @@ def grouped_linear_masked(x: Any, w: Any, masked_m: Any, bias: Any = None) -> gp
 
 FP8 = (np.dtype(gp.float8_e4m3fn), np.dtype(gp.float8_e5m2))
 OUT_DTYPES = (np.dtype(gp.bfloat16), np.dtype(gp.float16), np.dtype(np.float32))
-_GROUPED_FP8 = struct.Struct("@PPPPPPPiiiiqqqqP")
-_MASKED_FP8 = struct.Struct("@PPPPPPPiiiiqqqqq")
 
 
 def _check_scaled(x: Any, x_scale: Any, w: Any, w_scale: Any, counts: Any, bias: Any, out_dtype: Any, op: str,
@@ -219,7 +213,7 @@ def kernel_takes_scaled(x: Any, x_scale: Any, w: Any, w_scale: Any, counts: Any,
         return False
     e4m3 = np.dtype(gp.float8_e4m3fn)
     return (
-        out in tc._CTYPE
+        out in gemm_tc.CTYPE
         and _packed(x) and _packed(w) and x.dtype == e4m3 and w.dtype == e4m3
         and w.ndim == 3 and x.ndim >= 2 and x.shape[-1] == w.shape[2] and w.shape[2] % 16 == 0 and w.shape[2] > 0
         and all(isinstance(v, gp.GPUArray) and v.dtype == np.float32 for v in (x_scale, w_scale))
@@ -230,7 +224,7 @@ def kernel_takes_scaled(x: Any, x_scale: Any, w: Any, w_scale: Any, counts: Any,
 def _scaled_operands(x_scale: Any, w_scale: Any, bias: Any, out: np.dtype) -> tuple[gp.GPUArray, gp.GPUArray, gp.GPUArray | None]:
     """Contiguous scales and bias (in the output dtype); the caller holds them until the launch."""
     xs, ws = (v if v.is_contiguous else v.copy() for v in (x_scale, w_scale))
-    return xs, ws, tc._epilogue_vector(bias, out)
+    return xs, ws, gemm_tc.epilogue_vector(bias, out)
 
 
 def grouped_scaled_linear(x: Any, x_scale: Any, w: Any, w_scale: Any, offs: Any, bias: Any = None,
@@ -243,16 +237,14 @@ def grouped_scaled_linear(x: Any, x_scale: Any, w: Any, w_scale: Any, offs: Any,
         out[...] = 0
         return out
     xs, ws, b = _scaled_operands(x_scale, w_scale, bias, out_dt)
-    cfg = tc.config_for(max(1, t // e), n, e, grouped=True)
-    maps = tc.tma_maps(cfg, (x.data_ptr, t, k), (w.data_ptr, e * n, k), k // 2)
-    kernel = tc.fp8_kernel("grouped_fp8", cfg, tc._CTYPE[out_dt], bias is not None, maps is not None)
-    counts = _counts(offs)
-    params = _GROUPED_FP8.pack(
-        x.data_ptr, w.data_ptr, out.data_ptr, 0 if b is None else b.data_ptr, xs.data_ptr, ws.data_ptr, counts.data_ptr, e, t, n, k // 2, k // 2, k // 2, n,
-        n * k // 2, 0 if maps is None else maps.data_ptr,
-    )  # fmt: skip
+    cfg = gemm_tc.config_for(max(1, t // e), n, e, grouped=True)
+    maps = gemm_tc.tma_maps(cfg, (x.data_ptr, t, k), (w.data_ptr, e * n, k), k // 2)
+    kernel = gemm_tc.fp8_kernel("grouped_fp8", cfg, gemm_tc.CTYPE[out_dt], bias is not None, maps is not None)
     row_tiles = -(-t // cfg.bm) + e  # every expert may end in a partial tile
-    tc._launch(tc._function(kernel, cfg), row_tiles * -(-n // cfg.bn), cfg, params)
+    gemm_tc.launch(
+        kernel, cfg, row_tiles * -(-n // cfg.bn),
+        x, w, out, b, xs, ws, _counts(offs), e, t, n, k // 2, k // 2, k // 2, n, n * k // 2, maps,
+    )  # fmt: skip
     return out
 
 
@@ -265,12 +257,10 @@ def grouped_scaled_linear_masked(x: Any, x_scale: Any, w: Any, w_scale: Any, mas
     if out.size == 0:
         return out
     xs, ws, b = _scaled_operands(x_scale, w_scale, bias, out_dt)
-    cfg = tc.config_for(max_m, n, e, grouped=True)
-    kernel = tc.fp8_kernel("masked_fp8", cfg, tc._CTYPE[out_dt], bias is not None)
-    counts = _counts(masked_m)
-    params = _MASKED_FP8.pack(
-        x.data_ptr, w.data_ptr, out.data_ptr, 0 if b is None else b.data_ptr, xs.data_ptr, ws.data_ptr, counts.data_ptr, e, max_m, n, k // 2, k // 2, k // 2, n,
-        max_m * k // 2, n * k // 2,
+    cfg = gemm_tc.config_for(max_m, n, e, grouped=True)
+    kernel = gemm_tc.fp8_kernel("masked_fp8", cfg, gemm_tc.CTYPE[out_dt], bias is not None)
+    gemm_tc.launch(
+        kernel, cfg, -(-max_m // cfg.bm) * -(-n // cfg.bn) * e,
+        x, w, out, b, xs, ws, _counts(masked_m), e, max_m, n, k // 2, k // 2, k // 2, n, max_m * k // 2, n * k // 2,
     )  # fmt: skip
-    tc._launch(tc._function(kernel, cfg), -(-max_m // cfg.bm) * -(-n // cfg.bn) * e, cfg, params)
     return out

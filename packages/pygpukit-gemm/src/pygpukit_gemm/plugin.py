@@ -3,45 +3,50 @@
 ``gp.set_matmul_precision("tf32")``) and float64, above core's reference
 kernel (priority 10); the new op ``scaled_mm`` (fp8 with per-tensor scales,
 pygpukit_gemm.scaled) with a reference implementation everywhere and
-cuBLASLt's fp8 tensor cores on SM 89+. On a CUDA machine without cuBLASLt nothing is
-registered and the plugin's description says why; core's kernel serves."""
+cuBLASLt's fp8 tensor cores on SM 89+; the own kernels (tensor-core GEMM,
+decode GEMV) for core's and its own ops and, by op name, for pygpukit-nn's
+fused decode ops ``add_rms_norm_linear`` and ``swiglu_linear``; the benchmark
+suites ``matmul`` and ``own_gemm``. On a CUDA machine without cuBLASLt the
+cuBLASLt implementations are not registered and the plugin's description
+says why; core's kernel serves."""
 
 from __future__ import annotations
 
+import importlib
 import math
+from collections.abc import Callable
 from typing import Any
 
 import pygpukit as gp
+from pygpukit import ext
 from pygpukit.linalg import get_matmul_precision, linear_shapes, matmul_shapes
 from pygpukit.plugins import PluginInfo, hookimpl
 
-from . import __version__, cublaslt, epilogue, gemv, grouped, prologue, quant, scaled, tc
+from . import __version__, cublaslt, epilogue, gemm_tc, gemv, grouped, quant, scaled
 
 PRIORITY = 10
 TC_PRIORITY = 5  # the own tensor-core GEMM: above core's kernel, below cuBLASLt
 GEMV_PRIORITY = 11  # the own decode GEMV for linear: above cuBLASLt where it applies (decode_linear)
+HALF = ["bfloat16", "float16"]
 _status = {"cublaslt": "not loaded"}
 
 
-# Prepared products by call signature (shapes, strides, dtypes, operand
-# alignments, precision): a repeated call skips the shape logic entirely.
-_prepared: dict[tuple, cublaslt.Prepared] = {}
-
-
-def _align(ptr: int) -> int:
-    return ptr & 255
+# Prepared products by call signature (the operands' layouts with their
+# 256-byte alignment, the bias's, the precision): a repeated call skips the
+# shape logic entirely.
+_prepared: ext.PlanCache[tuple[Any, ...], cublaslt.Prepared] = ext.PlanCache("pygpukit_gemm.plugin.prepared")
 
 
 def matmul(a: Any, b: Any) -> gp.GPUArray:
     """``a @ b`` with NumPy's rules through cuBLASLt (operands of different float
     dtypes are converted to the result dtype first)."""
     try:
-        call = _prepared[
-            a._shape, a._strides, a._dtype, _align(a._ptr), b._shape, b._strides, b._dtype, _align(b._ptr), get_matmul_precision()
-        ]
-    except (KeyError, AttributeError):
+        call = _prepared.get((ext.layout_key(a, 256), ext.layout_key(b, 256), get_matmul_precision()))
+    except AttributeError:  # not arrays: matmul_shapes says so
+        call = None
+    if call is None:
         return _matmul_first(a, b)
-    return call(a._ptr, b._ptr)
+    return call(a.data_ptr, b.data_ptr)
 
 
 def _matmul_first(a: Any, b: Any) -> gp.GPUArray:
@@ -51,21 +56,24 @@ def _matmul_first(a: Any, b: Any) -> gp.GPUArray:
     call = cublaslt.prepare(x, y, s.batch, s.m, s.n, s.k, out_shape) if x is s.a and y is s.b else None
     if call is None:  # casts, copies or an empty product: not worth keeping
         return s.finish(cublaslt.gemm(x, y, s.batch, s.m, s.n, s.k))
-    _prepared[a._shape, a._strides, a._dtype, _align(a._ptr), b._shape, b._strides, b._dtype, _align(b._ptr), get_matmul_precision()] = call
+    _prepared.put((ext.layout_key(a, 256), ext.layout_key(b, 256), get_matmul_precision()), call)
     return call(x.data_ptr, y.data_ptr)
+
+
+def _linear_key(x: Any, w: Any, bias: Any) -> tuple[Any, ...]:
+    return (ext.layout_key(x, 256), ext.layout_key(w, 256), ext.layout_key(bias, 256), get_matmul_precision())
 
 
 def linear(x: Any, w: Any, bias: Any = None) -> gp.GPUArray:
     """``x @ w.T + bias`` with the bias added in cuBLASLt's epilogue; the leading
     axes of x are one M dimension (one GEMM, not a batch)."""
     try:
-        bkey = None if bias is None else (bias._shape, bias._dtype, bias._contig)
-        call = _prepared[
-            x._shape, x._strides, x._dtype, _align(x._ptr), w._shape, w._strides, w._dtype, _align(w._ptr), bkey, get_matmul_precision()
-        ]
-    except (KeyError, AttributeError):
+        call = _prepared.get(_linear_key(x, w, bias))
+    except AttributeError:  # not arrays: linear_shapes says so
+        call = None
+    if call is None:
         return _linear_first(x, w, bias)
-    return call(x._ptr, w._ptr, 0 if bias is None else bias._ptr)
+    return call(x.data_ptr, w.data_ptr, 0 if bias is None else bias.data_ptr)
 
 
 def _linear_first(x: Any, w: Any, bias: Any) -> gp.GPUArray:
@@ -82,10 +90,7 @@ def _linear_first(x: Any, w: Any, bias: Any) -> gp.GPUArray:
     call = cublaslt.prepare(x2, wt, (), m, out_features, k, (*lead, out_features), b is not None) if same else None
     if call is None:
         return cublaslt.gemm(x2, wt, (), m, out_features, k, bias=b).reshape(*lead, out_features)
-    bkey = None if bias is None else (bias._shape, bias._dtype, bias._contig)
-    _prepared[
-        x._shape, x._strides, x._dtype, _align(x._ptr), w._shape, w._strides, w._dtype, _align(w._ptr), bkey, get_matmul_precision()
-    ] = call
+    _prepared.put(_linear_key(x, w, bias), call)
     return call(x2.data_ptr, wt.data_ptr, 0 if b is None else b.data_ptr)
 
 
@@ -95,23 +100,17 @@ def pygpukit_plugin_info() -> PluginInfo:
 
 
 def _register_tensor_cores(registry: Any) -> None:
-    """The own tensor-core kernel (tc.py): below cuBLASLt for matmul and linear
-    (it serves where cuBLASLt is missing, or when routed to), the only GPU
-    implementation of the grouped products; the own GEMV for decode rows, and
-    with a fused prologue (prologue.py) the only GPU implementation there."""
-    registry.define("add_rms_norm_linear", nkey=1, doc=prologue.__doc__ or "")
-    registry.define("swiglu_linear", nkey=1, doc=prologue.__doc__ or "")
-    registry.define("grouped_linear", nkey=2, doc=grouped.__doc__ or "")
-    registry.define("grouped_linear_masked", nkey=2, doc=grouped.__doc__ or "")
-    for backend in ("cuda", "cpu"):
-        registry.register("add_rms_norm_linear", prologue.reference_add_rms_norm_linear, backend=backend, name="reference")
-        registry.register("swiglu_linear", prologue.reference_swiglu_linear, backend=backend, name="reference")
-        registry.register("grouped_linear", grouped.reference, backend=backend, name="reference")
-        registry.register("grouped_linear_masked", grouped.reference_masked, backend=backend, name="reference")
-    half = {"backend": "cuda", "dtypes": ["bfloat16", "float16"], "min_sm": 80, "name": "mma"}
-    registry.register("matmul", tc.matmul, priority=TC_PRIORITY, predicate=tc.same_dtype, **half)
-    registry.register("linear", tc.linear, priority=TC_PRIORITY, predicate=tc.same_dtype, **half)
-    registry.register("fused_linear", tc.fused_linear, priority=TC_PRIORITY, predicate=tc.same_dtype, **half)
+    """The own tensor-core kernel (gemm_tc.py): below cuBLASLt for matmul and
+    linear (it serves where cuBLASLt is missing, or when routed to), the only
+    GPU implementation of the grouped products; the own GEMV for decode rows,
+    and with a fused prologue for pygpukit-nn's add_rms_norm_linear and
+    swiglu_linear (registered by op name: they wait for nn's definition)."""
+    ext.register_family(registry, "grouped_linear", nkey=2, doc=grouped.__doc__ or "", reference=grouped.reference)
+    ext.register_family(registry, "grouped_linear_masked", nkey=2, doc=grouped.__doc__ or "", reference=grouped.reference_masked)
+    half = {"backend": "cuda", "dtypes": HALF, "min_sm": 80, "name": "mma"}
+    registry.register("matmul", gemm_tc.matmul, priority=TC_PRIORITY, predicate=gemm_tc.same_dtype, **half)
+    registry.register("linear", gemm_tc.linear, priority=TC_PRIORITY, predicate=gemm_tc.same_dtype, **half)
+    registry.register("fused_linear", gemm_tc.fused_linear, priority=TC_PRIORITY, predicate=gemm_tc.same_dtype, **half)
     registry.register("linear", gemv.linear, priority=GEMV_PRIORITY, predicate=gemv.decode_linear, **{**half, "name": "gemv"})
     gemv_fused = {**half, "name": "gemv", "priority": PRIORITY}
     registry.register("add_rms_norm_linear", gemv.add_rms_norm_linear, predicate=gemv.takes_add_rms_norm_linear, **gemv_fused)
@@ -125,9 +124,7 @@ def _register_tensor_cores(registry: Any) -> None:
         ("grouped_scaled_linear", grouped.reference_scaled, grouped.grouped_scaled_linear),
         ("grouped_scaled_linear_masked", grouped.reference_scaled_masked, grouped.grouped_scaled_linear_masked),
     ):
-        registry.define(op, nkey=1, doc=grouped.__doc__ or "")
-        for backend in ("cuda", "cpu"):
-            registry.register(op, reference, backend=backend, name="reference")
+        ext.register_family(registry, op, nkey=1, doc=grouped.__doc__ or "", reference=reference)
         registry.register(op, kernel, predicate=grouped.kernel_takes_scaled, **e4m3)
 
 
@@ -139,13 +136,9 @@ def pygpukit_register_ops(registry: Any) -> None:
             _status["cublaslt"] = f"cuBLASLt {lib.version} from {lib.path}"
         except cublaslt.CublasLtError as e:
             _status["cublaslt"] = f"unavailable: {e}"
-    registry.define("scaled_mm", nkey=2, doc=scaled.__doc__ or "")
-    registry.define("qlinear", nkey=1, doc=quant.__doc__ or "")
-    registry.define("fused_linear", nkey=2, doc=epilogue.__doc__ or "")
-    for backend in ("cuda", "cpu"):
-        registry.register("scaled_mm", scaled.reference, backend=backend, name="reference")
-        registry.register("qlinear", quant.reference, backend=backend, name="reference")
-        registry.register("fused_linear", epilogue.reference, backend=backend, name="reference")
+    ext.register_family(registry, "scaled_mm", nkey=2, doc=scaled.__doc__ or "", reference=scaled.reference)
+    ext.register_family(registry, "qlinear", nkey=1, doc=quant.__doc__ or "", reference=quant.reference)
+    ext.register_family(registry, "fused_linear", nkey=2, doc=epilogue.__doc__ or "", reference=epilogue.reference)
     registry.register(
         "qlinear", quant.qlinear_gemv, backend="cuda", dtypes=["bfloat16", "float16", "float32"], min_sm=80, priority=PRIORITY,
         predicate=quant.decode_rows, name="gemv_q",
@@ -163,3 +156,32 @@ def pygpukit_register_ops(registry: Any) -> None:
     # Row-wise and block scales stay with the reference: cuBLASLt 13.1 on an H100
     # rejected every descriptor with those scale modes (cublasStatus 7 from the
     # heuristic, with and without fast accumulation), see docs/gemm.md.
+
+
+# suite -> (module under pygpukit_gemm.benchmarks, its run function, description)
+BENCHMARKS = {
+    "matmul": (
+        "matmul",
+        "bench_matmul",
+        "matmul at 8192^3 (bf16, fp16, tf32, fp32), fp8 scaled_mm, linear at Llama-3-8B shapes (TFLOP/s) and decode GEMV "
+        "with bf16 / int8 / int4 / fp8 weights (us), against PyTorch",
+    ),
+    "own_gemm": (
+        "own_gemm",
+        "bench_own_gemm",
+        "the own tensor-core GEMM at 8192^3 (bf16, fp16) and the grouped MoE products (bf16, fp8) against PyTorch",
+    ),
+}
+
+
+def _suite(module: str, function: str) -> Callable[[Any, bool], None]:
+    def run(rec: Any, quick: bool) -> None:
+        getattr(importlib.import_module(f"pygpukit_gemm.benchmarks.{module}"), function)(rec, quick)
+
+    return run
+
+
+@hookimpl
+def pygpukit_register_benchmarks(registry: Any) -> None:
+    for name, (module, function, description) in BENCHMARKS.items():
+        registry.register(name, _suite(module, function), description=description)

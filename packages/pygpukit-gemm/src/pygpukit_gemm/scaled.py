@@ -14,7 +14,7 @@ The shapes of the scales say how they apply:
   (128x128 blocks). For b = w.T that is the transpose of w's block scales:
   ``quantize_fp8(w, granularity="block").scale.T``.
 
-On the GPU, the plugin's own e4m3 kernel (tc.py's tile loop with
+On the GPU, the plugin's own e4m3 kernel (gemm_tc.py's tile loop with
 mma.sync.m16n8k32.e4m3 and a scaling epilogue, SM 89+) runs per-tensor and
 row-wise products of two e4m3 operands with k a multiple of 16 into bfloat16
 or float16, below cuBLASLt where both apply. cuBLASLt's fp8 tensor cores run per-tensor products on SM 89+ and
@@ -31,14 +31,13 @@ multiply (exact FP32), scale, round once.
 
 from __future__ import annotations
 
-import struct
 from typing import Any
 
 import numpy as np
 
 import pygpukit as gp
 
-from . import cublaslt, tc
+from . import cublaslt, gemm_tc
 from .fp8 import expand_scale
 
 FP8 = (np.dtype(gp.float8_e4m3fn), np.dtype(gp.float8_e5m2))
@@ -172,8 +171,6 @@ def scaled_mm(a: Any, b: Any, scale_a: Any, scale_b: Any, out_dtype: Any = gp.bf
 
 # -- the own kernel ---------------------------------------------------------------------------
 
-_MMA_PARAMS = struct.Struct("@PPPPPPiiiqqqP")
-
 
 def fits_own_kernel(a: Any, b: Any, scale_a: Any = None, scale_b: Any = None, out_dtype: Any = gp.bfloat16, bias: Any = None) -> bool:
     """What the own e4m3 kernel takes: per-tensor or row-wise scales, both
@@ -186,7 +183,7 @@ def fits_own_kernel(a: Any, b: Any, scale_a: Any = None, scale_b: Any = None, ou
         scale_mode(a, b, scale_a, scale_b) in ("tensor", "row")
         and a.dtype == FP8[0] and b.dtype == FP8[0]
         and a.shape[1] % 16 == 0 and min(a.shape[0], a.shape[1], b.shape[1]) > 0
-        and out in tc._CTYPE
+        and out in gemm_tc.CTYPE
         and (bias is None or isinstance(bias, gp.GPUArray))
     )  # fmt: skip
 
@@ -207,14 +204,10 @@ def scaled_mm_mma(a: Any, b: Any, scale_a: Any, scale_b: Any, out_dtype: Any = g
     a = a if a.is_contiguous and a.data_ptr % 16 == 0 else a.copy()
     bt = b.T if b.T.is_contiguous and b.data_ptr % 16 == 0 else b.T.copy()  # (n, k) rows
     sa, sb = _vector(scale_a, m), _vector(scale_b, n)
-    bias_ = tc._epilogue_vector(bias, out)
+    bias_ = gemm_tc.epilogue_vector(bias, out)
     y = gp.empty((m, n), out)
-    cfg = tc.config_for(m, n, 1)
-    maps = tc.tma_maps(cfg, (a.data_ptr, m, k), (bt.data_ptr, n, k), k // 2)
-    kernel = tc.fp8_kernel("gemm_fp8", cfg, tc._CTYPE[out], bias_ is not None, maps is not None)
-    params = _MMA_PARAMS.pack(
-        a.data_ptr, bt.data_ptr, y.data_ptr, 0 if bias_ is None else bias_.data_ptr, sa.data_ptr, sb.data_ptr, m, n, k // 2, k // 2, k // 2, n,
-        0 if maps is None else maps.data_ptr,
-    )  # fmt: skip
-    tc._launch(tc._function(kernel, cfg), -(-m // cfg.bm) * -(-n // cfg.bn), cfg, params)
+    cfg = gemm_tc.config_for(m, n, 1)
+    maps = gemm_tc.tma_maps(cfg, (a.data_ptr, m, k), (bt.data_ptr, n, k), k // 2)
+    kernel = gemm_tc.fp8_kernel("gemm_fp8", cfg, gemm_tc.CTYPE[out], bias_ is not None, maps is not None)
+    gemm_tc.launch(kernel, cfg, -(-m // cfg.bm) * -(-n // cfg.bn), a, bt, y, bias_, sa, sb, m, n, k // 2, k // 2, k // 2, n, maps)
     return y

@@ -1,53 +1,31 @@
-"""A third-party plugin, as an outside package would write one.
+"""pygpukit-example-plugin: a third-party kernel plugin, written only against
+pygpukit's public API (``pygpukit``, ``pygpukit.plugins``, ``pygpukit.ext``).
+docs/plugins.md in the pygpukit repository walks through it.
 
-- a new op, ``axpy(x, y, alpha)`` = alpha * x + y, for float32/float64 on the
-  CUDA and CPU backends;
-- an override of core's ``softmax`` for float64 (priority 10) along one axis
-  of a non-empty array (a predicate: core keeps the other cases), which counts
-  its calls so that tests can see it ran;
-- a model architecture, "example-affine".
+- a new op, ``scaled_residual_add(x, residual, alpha)`` = residual + alpha * x,
+  with a reference on every backend and a CUDA kernel (residual.py,
+  kernels/scaled_residual_add.cu);
+- a faster ``softmax`` / ``log_softmax`` for row-strided arrays, which
+  pygpukit copies first (softmax.py, kernels/softmax_strided.cu);
+- a model architecture ("example-affine"), a benchmark suite ("example"), a
+  command (``pygpukit example``) and a namespace (``gp.example``): plugin.py.
+
+Nothing here runs at import time but reading the kernel sources: the hooks in
+plugin.py register everything when pygpukit first loads its plugins.
 """
 
 from __future__ import annotations
 
-import pygpukit as gp
-from pygpukit.plugins import PluginInfo, hookimpl
+from typing import Any
 
-__version__ = "0.3.0"
-calls = {"softmax": 0}
+from pygpukit import ext
 
-
-def axpy(x, y, alpha=1.0):
-    return x * alpha + y
+__version__ = "0.4.0"
+__all__ = ["scaled_residual_add"]
 
 
-def softmax64(x, axis=-1):
-    calls["softmax"] += 1
-    e = gp.exp(x - gp.max(x, axis=axis, keepdims=True))
-    return e / gp.sum(e, axis=axis, keepdims=True)
-
-
-def one_axis(x, axis=-1):
-    return isinstance(axis, int) and x.size > 0
-
-
-def load_affine(scale, shift):
-    return lambda x: x * scale + shift
-
-
-@hookimpl
-def pygpukit_plugin_info():
-    return PluginInfo("pygpukit-example-plugin", __version__, "axpy, a float64 softmax, an affine model")
-
-
-@hookimpl
-def pygpukit_register_ops(registry):
-    registry.define("axpy", nkey=2, doc="alpha * x + y")
-    for backend in ("cuda", "cpu"):
-        registry.register("axpy", axpy, backend=backend, dtypes=["float32", "float64"])
-        registry.register("softmax", softmax64, backend=backend, dtypes=["float64"], priority=10, predicate=one_axis)
-
-
-@hookimpl
-def pygpukit_register_models(registry):
-    registry.register("example-affine", load_affine, description="x * scale + shift")
+def scaled_residual_add(x: Any, residual: Any, alpha: float = 1.0) -> Any:
+    """residual + alpha * x for two float arrays of one shape and dtype;
+    float16 and bfloat16 compute in float32 and round once. Dispatched by
+    pygpukit's registry (``gp.ops.scaled_residual_add`` is the same op)."""
+    return ext.op("scaled_residual_add")(x, residual, alpha)

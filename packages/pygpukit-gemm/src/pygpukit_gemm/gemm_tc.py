@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import math
 import os
-import struct
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
@@ -31,15 +30,14 @@ from typing import Any
 import numpy as np
 
 import pygpukit as gp
-from pygpukit import _runtime
+from pygpukit import ext
 from pygpukit.linalg import linear_shapes, matmul_shapes
-from pygpukit.streams import current_stream_handle
 
 from . import epilogue, tma
 from .cublaslt import OP_N, operand_layout
 
 DTYPES = (np.dtype(gp.bfloat16), np.dtype(gp.float16))
-_CTYPE = {DTYPES[0]: "pgk::bfloat16", DTYPES[1]: "pgk::half"}
+CTYPE = {DTYPES[0]: "pgk::bfloat16", DTYPES[1]: "pgk::half"}
 # activation name -> functor of pgk/math.cuh
 ACTIVATIONS = {None: "pgk::Positive", "relu": "pgk::Relu", "gelu": "pgk::Gelu", "gelu_tanh": "pgk::GeluTanh", "silu": "pgk::Silu"}
 
@@ -108,14 +106,8 @@ def config_for(m: int, n: int, batch: int, grouped: bool = False) -> Config:
     tile with no rows in its second 64 runs on one warpgroup, and the weights'
     reads dominate (8 experts, 4096 -> 14336, 64 rows an expert on an H100:
     bf16 170 TFLOP/s against 160 on mma.sync, fp8 270 against 195)."""
-    rt = _runtime.get()
-    return choose(m, n, batch, rt.props["multiprocessor_count"], rt.sm == 90 and (grouped or m > WGMMA_MIN_M))
-
-
-@cache
-def _source() -> str:
-    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels", "gemm_tc.cu")) as f:
-        return f.read()
+    dev = ext.device()
+    return choose(m, n, batch, dev.multiprocessor_count, dev.sm == 90 and (grouped or m > WGMMA_MIN_M))
 
 
 def tile_expr(cfg: Config, b_nk: bool, ctype: str, tma: bool = False) -> str:
@@ -126,19 +118,25 @@ def tile_expr(cfg: Config, b_nk: bool, ctype: str, tma: bool = False) -> str:
     return f"pgk::Tile<{cfg.bm}, {cfg.bn}, {cfg.bk}, {cfg.wm}, {cfg.wn}, {cfg.stages}, {str(b_nk).lower()}, {ctype}>"
 
 
-def _jit(entry: str, cfg: Config, args: str) -> Any:
-    return gp.jit(_source(), f"pgk::{entry}<{args}>", signature=_SIGNATURES[entry], name="gemm_tc.cu", arch_suffix="a" if cfg.wgmma else "")
+def _jit(entry: str, cfg: Config, args: str) -> ext.Kernel:
+    return ext.Kernel(
+        ext.kernel_source(__name__, "gemm_tc"),
+        f"pgk::{entry}<{args}>",
+        signature=SIGNATURES[entry],
+        name="gemm_tc.cu",
+        arch_suffix="a" if cfg.wgmma else "",
+    )
 
 
 @cache
-def _kernel(entry: str, cfg: Config, b_nk: bool, ctype: str, act: str, bias: bool, res: bool, tma: bool = False) -> Any:
+def kernel(entry: str, cfg: Config, b_nk: bool, ctype: str, act: str, bias: bool, res: bool, tma: bool = False) -> ext.Kernel:
     """The 16-bit kernel ``entry`` ("gemm", "grouped" or "masked") on cfg's main
     loop (``tma``: WsTile's TMA producer, for "gemm" and "grouped")."""
     return _jit(entry, cfg, f"{tile_expr(cfg, b_nk, ctype, tma)}, {act}, {str(bias).lower()}, {str(res).lower()}")
 
 
 @cache
-def fp8_kernel(entry: str, cfg: Config, out_ctype: str, bias: bool, tma: bool = False) -> Any:
+def fp8_kernel(entry: str, cfg: Config, out_ctype: str, bias: bool, tma: bool = False) -> ext.Kernel:
     """The fp8 kernel ``entry`` ("gemm_fp8", "grouped_fp8" or "masked_fp8", SM 89+; on
     the warpgroup main loop for a wgmma config, SM 90; ``tma``: its TMA producer)."""
     return _jit(entry, cfg, f"{tile_expr(cfg, True, 'pgk::e4m3x2', tma)}, {out_ctype}, {str(bias).lower()}")
@@ -154,7 +152,8 @@ def tma_maps(cfg: Config, a: tuple[int, int, int], b: tuple[int, int, int], k: i
     return tma.maps((a[0], k, a[1], a[2], cfg.bm), (b[0], k, b[1], b[2], cfg.bn))
 
 
-_SIGNATURES = {
+# The entry points' parameters (kernels/gemm_tc.cu), by which their launches are packed.
+SIGNATURES = {
     "gemm": "const void* A, const void* B, void* D, const void* bias, const void* R, int batch, int M, int N, int K, long long lda, "
     "long long ldb, long long ldd, long long ldr, long long strideA, long long strideB, long long strideD, long long strideR, "
     "const void* maps",
@@ -170,28 +169,19 @@ _SIGNATURES = {
     "masked_fp8": "const void* A, const void* B, void* D, const void* bias, const void* sa, const void* sb, const void* masked_m, "
     "int E, int max_m, int N, int K, long long lda, long long ldb, long long ldd, long long strideA, long long strideB",
 }
-# The same parameters in the CUDA ABI layout, for the prepared launches.
-_PACK = {"gemm": struct.Struct("@PPPPPiiiiqqqqqqqqP")}
+
+# Launches by kernel and blocks (a kernel's config fixes its threads and shared memory).
+_launches: ext.PlanCache[tuple[ext.Kernel, int], ext.Launch] = ext.PlanCache("pygpukit_gemm.gemm_tc.launches")
 
 
-def _function(kernel: Any, cfg: Config) -> int:
-    rt = _runtime.get()
-    fn = kernel._function(rt)
-    if fn not in _smem_set:
-        rt.native.function_set_max_dynamic_shared_memory(fn, cfg.smem)
-        _smem_set.add(fn)
-    return fn
-
-
-_smem_set: set[int] = set()
-
-
-def _launch(fn: int, tiles: int, cfg: Config, params: bytes) -> None:
-    """A launch over ``tiles`` output tiles: a block a tile, or for the
-    persistent warpgroup kernel at most a block an SM, each walking its share."""
-    rt = _runtime.get()
-    blocks = min(tiles, rt.props["multiprocessor_count"]) if cfg.wgmma else tiles
-    rt.native.launch(fn, blocks, 1, 1, cfg.threads, 1, 1, cfg.smem, current_stream_handle(), params)
+def launch(kern: ext.Kernel, cfg: Config, tiles: int, *args: Any) -> None:
+    """Launch ``kern`` (of config ``cfg``) over ``tiles`` output tiles: a block a
+    tile, or for the persistent warpgroup kernel at most a block an SM, each
+    walking its share. ``args`` in the order of its entry point's SIGNATURES."""
+    blocks = min(tiles, ext.device().multiprocessor_count) if cfg.wgmma else tiles
+    key = (kern, blocks)
+    run = _launches.get(key) or _launches.put(key, kern.launcher(blocks, cfg.threads, cfg.smem))
+    run(*args)
 
 
 # -- operands -------------------------------------------------------------------
@@ -261,15 +251,14 @@ def _transposed(b: gp.GPUArray, ld: int, batch_stride: int) -> Operand:
     k, n = b.shape[-2:]
     nb = math.prod(b.shape[:-2]) if batch_stride else 1
     out = gp.empty((nb, n, k), b.dtype)
-    kernel = _transpose_kernel(_CTYPE[np.dtype(b.dtype)])
-    kernel((-(-n // 64), -(-k // 64), nb), 256, b.data_ptr, out, k, n, ld, batch_stride)
+    _transpose_kernel(CTYPE[np.dtype(b.dtype)])((-(-n // 64), -(-k // 64), nb), 256, b.data_ptr, out, k, n, ld, batch_stride)
     return Operand(out.reshape(nb, n, k).swapaxes(-1, -2), k, n * k if batch_stride else 0, nk=True)
 
 
 @cache
-def _transpose_kernel(ctype: str) -> Any:
-    return gp.jit(
-        _source(),
+def _transpose_kernel(ctype: str) -> ext.Kernel:
+    return ext.Kernel(
+        ext.kernel_source(__name__, "gemm_tc"),
         f"pgk::transpose_2d<{ctype}>",
         signature="const void* src, void* dst, int rows, int cols, long long lds, long long zs",
         name="gemm_tc.cu",
@@ -286,7 +275,8 @@ def _check_dtypes(*xs: Any) -> np.dtype:
     return dt
 
 
-def _epilogue_vector(v: gp.GPUArray | None, dt: np.dtype) -> gp.GPUArray | None:
+def epilogue_vector(v: gp.GPUArray | None, dt: np.dtype) -> gp.GPUArray | None:
+    """A bias (or a scale vector) as the epilogue reads it: contiguous, in ``dt``."""
     if v is None:
         return None
     v = v.astype(dt, copy=False)
@@ -319,7 +309,7 @@ def gemm(
     cfg = config or config_for(m, n, nb)
     A, B = operand_a(a), operand_b(b, nk_only=cfg.wgmma)
     kp = A.array.shape[-1]
-    bias_ = _epilogue_vector(bias, dt)
+    bias_ = epilogue_vector(bias, dt)
     res = None
     if residual is not None:
         res = residual.astype(dt, copy=False).reshape(nb, m, n)
@@ -327,14 +317,12 @@ def gemm(
             res = res.copy()
     # The TMA producer for one product (batches would read as stacked rows, job rows z * m + m0; not yet run on a GPU)
     maps = tma_maps(cfg, (A.array.data_ptr, m, A.ld * 2), (B.array.data_ptr, n, B.ld * 2), kp) if nb == 1 else None
-    kernel = _kernel("gemm", cfg, B.nk, _CTYPE[dt], ACTIVATIONS[activation], bias_ is not None, res is not None, maps is not None)
-    fn = _function(kernel, cfg)
+    kern = kernel("gemm", cfg, B.nk, CTYPE[dt], ACTIVATIONS[activation], bias_ is not None, res is not None, maps is not None)
     ldr, stride_r = (0, 0) if res is None else (res.strides[-2] // res.itemsize, res.strides[0] // res.itemsize if nb > 1 else 0)
-    params = _PACK["gemm"].pack(
-        A.array.data_ptr, B.array.data_ptr, out.data_ptr, 0 if bias_ is None else bias_.data_ptr, 0 if res is None else res.data_ptr,
-        nb, m, n, kp, A.ld, B.ld, n, ldr, A.batch_stride, B.batch_stride, m * n, stride_r, 0 if maps is None else maps.data_ptr,
+    launch(
+        kern, cfg, -(-m // cfg.bm) * -(-n // cfg.bn) * nb,
+        A.array, B.array, out, bias_, res, nb, m, n, kp, A.ld, B.ld, n, ldr, A.batch_stride, B.batch_stride, m * n, stride_r, maps,
     )  # fmt: skip
-    _launch(fn, -(-m // cfg.bm) * -(-n // cfg.bn) * nb, cfg, params)
     return out
 
 

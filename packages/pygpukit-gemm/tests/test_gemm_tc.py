@@ -1,4 +1,4 @@
-"""The own tensor-core GEMM (tc.py, kernels/gemm_tc.cu) and the grouped
+"""The own tensor-core GEMM (gemm_tc.py, kernels/gemm_tc.cu) and the grouped
 products (grouped.py): the config heuristic and NVRTC compilation anywhere;
 products against float64 NumPy on the GPU (routed to the kernel, since
 cuBLASLt outranks it); the grouped references on every backend."""
@@ -10,7 +10,8 @@ import pytest
 from gemm_testing import grouped_reference, uneven_offsets
 
 import pygpukit as gp
-from pygpukit_gemm import grouped, tc
+from pygpukit import ext
+from pygpukit_gemm import gemm_tc, grouped
 
 HALF = [gp.bfloat16, gp.float16]
 # norm-wise relative error (max |C - ref| / max |ref|): inputs are exact in the
@@ -33,23 +34,23 @@ def _rand(rng, shape, dtype):
 
 def test_heuristic_picks_by_estimated_waves(monkeypatch):
     monkeypatch.delenv("PYGPUKIT_GEMM_CONFIG", raising=False)
-    assert tc.choose(8192, 8192, 1, 132).name == "128x256x32"  # 2048 tiles: the biggest tile fills its waves
-    assert tc.choose(8192, 8192, 1, 132, wgmma=True).name == "wgmma128x256x64"
-    assert tc.choose(256, 1024, 1, 132, wgmma=True).name == "wgmma128x128x64"  # 8 tiles of 256 columns, or 16 of 128
-    assert tc.choose(16, 4096, 1, 132).name == "64x64x64"  # 32 or 16 bigger tiles would leave most SMs idle
-    assert tc.choose(128, 14336, 1, 132).name == "64x128x64"  # 56 tiles of 128x256: 76 SMs idle
+    assert gemm_tc.choose(8192, 8192, 1, 132).name == "128x256x32"  # 2048 tiles: the biggest tile fills its waves
+    assert gemm_tc.choose(8192, 8192, 1, 132, wgmma=True).name == "wgmma128x256x64"
+    assert gemm_tc.choose(256, 1024, 1, 132, wgmma=True).name == "wgmma128x128x64"  # 8 tiles of 256 columns, or 16 of 128
+    assert gemm_tc.choose(16, 4096, 1, 132).name == "64x64x64"  # 32 or 16 bigger tiles would leave most SMs idle
+    assert gemm_tc.choose(128, 14336, 1, 132).name == "64x128x64"  # 56 tiles of 128x256: 76 SMs idle
     monkeypatch.setenv("PYGPUKIT_GEMM_CONFIG", "64x128x64")
-    assert tc.choose(8192, 8192, 1, 132).name == tc.choose(8192, 8192, 1, 132, wgmma=True).name == "64x128x64"
+    assert gemm_tc.choose(8192, 8192, 1, 132).name == gemm_tc.choose(8192, 8192, 1, 132, wgmma=True).name == "64x128x64"
     monkeypatch.setenv("PYGPUKIT_GEMM_CONFIG", "wgmma128x256x64")
     with pytest.raises(ValueError, match="on this GPU"):
-        tc.choose(8, 8, 1, 132)  # not an SM 90
+        gemm_tc.choose(8, 8, 1, 132)  # not an SM 90
     monkeypatch.setenv("PYGPUKIT_GEMM_CONFIG", "100x100x32")
     with pytest.raises(ValueError, match="128x256x32"):
-        tc.choose(8, 8, 1, 132)
+        gemm_tc.choose(8, 8, 1, 132)
 
 
 def test_configs_fit_the_hardware():
-    for c in tc.CONFIGS + tc.WGMMA_CONFIGS:
+    for c in gemm_tc.CONFIGS + gemm_tc.WGMMA_CONFIGS:
         assert c.smem * c.per_sm <= 227 * 1024 and c.threads <= 1024
         assert (c.bm // c.wm) % 16 == 0 and (c.bn // c.wn) % 16 == 0 and c.bn % 64 == 0
 
@@ -64,46 +65,47 @@ def test_kernels_compile_for_sm80_and_sm90(tmp_path, monkeypatch):
             pytest.fail("NVRTC could not be loaded in CI; pygpukit-core depends on nvidia-cuda-nvrtc")
         pytest.skip("NVRTC not installed")
     monkeypatch.setenv("PYGPUKIT_CACHE_DIR", str(tmp_path))
-    cases = [("gemm", c, nk, ct, "pgk::Positive", False, False) for c in tc.CONFIGS for nk in (True, False) for ct in tc._CTYPE.values()]
-    cases += [("gemm", tc.CONFIGS[-1], True, "pgk::bfloat16", act, True, True) for act in tc.ACTIVATIONS.values()]
-    cases += [(entry, tc.CONFIGS[0], True, "pgk::bfloat16", "pgk::Positive", True, False) for entry in ("grouped", "masked")]
+    cases = [
+        ("gemm", c, nk, ct, "pgk::Positive", False, False) for c in gemm_tc.CONFIGS for nk in (True, False) for ct in gemm_tc.CTYPE.values()
+    ]
+    cases += [("gemm", gemm_tc.CONFIGS[-1], True, "pgk::bfloat16", act, True, True) for act in gemm_tc.ACTIVATIONS.values()]
+    cases += [(entry, gemm_tc.CONFIGS[0], True, "pgk::bfloat16", "pgk::Positive", True, False) for entry in ("grouped", "masked")]
     for case in cases:
-        kernel = tc._kernel(*case)
+        kernel = gemm_tc.kernel(*case)
         for sm in (80, 90):
             assert kernel.compile(sm).image[:4] == b"\x7fELF", case
-    for cfg in tc.WGMMA_CONFIGS:  # sm_90a only
-        for ct in tc._CTYPE.values():
+    for cfg in gemm_tc.WGMMA_CONFIGS:  # sm_90a only
+        for ct in gemm_tc.CTYPE.values():
             for act, bias in (("pgk::Positive", False), ("pgk::Silu", True)):
-                assert tc._kernel("gemm", cfg, True, ct, act, bias, bias).compile(90).image[:4] == b"\x7fELF"
+                assert gemm_tc.kernel("gemm", cfg, True, ct, act, bias, bias).compile(90).image[:4] == b"\x7fELF"
             for entry in ("grouped", "masked"):
-                assert tc._kernel(entry, cfg, True, ct, "pgk::Positive", True, False).compile(90).image[:4] == b"\x7fELF"
+                assert gemm_tc.kernel(entry, cfg, True, ct, "pgk::Positive", True, False).compile(90).image[:4] == b"\x7fELF"
             for entry in ("gemm", "grouped"):  # with the TMA producer
-                assert tc._kernel(entry, cfg, True, ct, "pgk::Positive", True, False, True).compile(90).image[:4] == b"\x7fELF"
-            assert tc._transpose_kernel(ct).compile(80).image[:4] == b"\x7fELF"
+                assert gemm_tc.kernel(entry, cfg, True, ct, "pgk::Positive", True, False, True).compile(90).image[:4] == b"\x7fELF"
+            assert gemm_tc._transpose_kernel(ct).compile(80).image[:4] == b"\x7fELF"
 
 
 def test_tma_maps_or_a_clear_error(monkeypatch):
-    """Tensor maps come from the driver: 128 bytes where it encodes them, a
-    RuntimeError that names the function where it does not (the CPU backend
-    loads no driver); PYGPUKIT_GEMM_TMA=0 turns the TMA producer off (tc.tma_maps gives None)."""
+    """Tensor maps come from the driver through core (ext.encode_tensor_map_2d):
+    128 bytes on the CUDA backend, a RuntimeError that names the encoder on the
+    CPU backend (no driver there) or for a geometry the driver refuses;
+    PYGPUKIT_GEMM_TMA=0 turns the TMA producer off (gemm_tc.tma_maps gives None)."""
     from pygpukit_gemm import tma
 
     if gp.backend() != "cuda":
-        assert tma._encoder() is None
-    if tma._encoder() is None:
         assert not tma.available()
-        with pytest.raises(RuntimeError, match="cuTensorMapEncodeTiled"):
+        with pytest.raises(RuntimeError, match="encode_tensor_map_2d"):
             tma.encode_2d(0, 64, 64, 128, 64)
     else:
         x = gp.zeros((300, 200), gp.bfloat16)
         m = tma.encode_2d(x.data_ptr, 200, 300, 400, 128)
         assert len(m) == 128 and any(m)
-        with pytest.raises(RuntimeError, match="box rows 300"):
+        with pytest.raises(RuntimeError, match=r"cuTensorMapEncodeTiled.*box 64x300"):
             tma.encode_2d(x.data_ptr, 200, 300, 400, 300)  # a box is at most 256 rows
         assert tma.maps((x.data_ptr, 200, 300, 400, 128)).nbytes == 128
     monkeypatch.setenv("PYGPUKIT_GEMM_TMA", "0")
     assert not tma.available()
-    assert tc.tma_maps(tc.WGMMA_CONFIGS[0], (0, 8, 16), (0, 8, 16), 8) is None
+    assert gemm_tc.tma_maps(gemm_tc.WGMMA_CONFIGS[0], (0, 8, 16), (0, 8, 16), 8) is None
 
 
 def _moe_case(rng, dtype, t=300, e=5, n=72, k=40, bias=True):
@@ -161,9 +163,7 @@ def test_grouped_errors(rng):
 
 
 def _sm():
-    from pygpukit import _runtime
-
-    return _runtime.get().sm
+    return ext.device().sm
 
 
 SHAPES = [(256, 512, 384), (1, 4096, 512), (33, 47, 17), (129, 200, 72), (5, 64, 1), (300, 136, 1000)]
@@ -194,7 +194,7 @@ def test_matmul_against_float64(rng, monkeypatch, dtype, mnk, layout, config):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("config", [c.name for c in tc.WGMMA_CONFIGS])
+@pytest.mark.parametrize("config", [c.name for c in gemm_tc.WGMMA_CONFIGS])
 @pytest.mark.parametrize("mnk", [(256, 512, 384), (129, 200, 72), (300, 136, 1000), (700, 300, 8)], ids=str)
 def test_warpgroup_configs_against_float64(rng, monkeypatch, config, mnk):
     """Each SM 90 config, forced: a strided batch, a fused epilogue, partial
@@ -210,7 +210,7 @@ def test_warpgroup_configs_against_float64(rng, monkeypatch, config, mnk):
     with gp.routing(matmul="gemm:mma"):
         got = ga @ gw.T
     assert _rel(got.to_numpy(), a @ w.T) < TOL
-    fused = tc.fused_linear(ga, gw, gb, activation="silu")
+    fused = gemm_tc.fused_linear(ga, gw, gb, activation="silu")
     y = a @ w.T + b
     assert _rel(fused.to_numpy(), y / (1 + np.exp(-y))) < TOL
 
@@ -246,7 +246,7 @@ def test_batched_broadcast_and_1d(rng, dtype):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", HALF, ids=str)
-@pytest.mark.parametrize("activation", list(tc.ACTIVATIONS), ids=str)
+@pytest.mark.parametrize("activation", list(gemm_tc.ACTIVATIONS), ids=str)
 def test_fused_linear_epilogues(rng, dtype, activation):
     import math
 
@@ -269,7 +269,7 @@ def test_fused_linear_epilogues(rng, dtype, activation):
         got = gp.ops.fused_linear(g[0], g[1], g[2], activation=activation, residual=g[3])
     assert got.shape == (2, 37, 130)
     assert _rel(got.to_numpy(), act(y) + r) < TOL
-    plain = tc.fused_linear(g[0], g[1], activation=activation)
+    plain = gemm_tc.fused_linear(g[0], g[1], activation=activation)
     assert _rel(plain.to_numpy(), act(x @ w.T)) < TOL
 
 
