@@ -1,17 +1,23 @@
 """pygpukit generate / chat on a tiny model directory, and the one-line errors
-(exit status 2) for what a user can get wrong."""
+(exit status 2) for what a user can get wrong; the commands come from the llm
+plugin's ``pygpukit_register_commands`` (their modules imported when they run)."""
 
 from __future__ import annotations
 
 import io
 import json
+import subprocess
+import sys
 
 import pytest
 from llm_testing import write_tiny_model
 from tokenizer_testing import CHATML, byte_level_json, model_dir
 
+import pygpukit as gp
 import pygpukit_llm
 from pygpukit_llm.cli import chat_main, generate_main
+
+COMMANDS = ("chat", "generate", "bench-llm")
 
 
 @pytest.fixture(scope="module")
@@ -82,3 +88,43 @@ def test_user_errors_are_one_line(directory, tmp_path, capsys):
     plain = tmp_path / "plain"
     write_tiny_model(plain, "llama", hidden=128, heads=2, kv_heads=1)
     assert "has no tokenizer.json" in error(["--model", str(plain)])
+
+
+@pytest.fixture
+def llm_plugin():
+    """The llm plugin active (registered explicitly when the package is on the path but not installed)."""
+    if "llm" not in {p.name for p in gp.plugins.plugins() if p.status == "active"}:
+        from pygpukit_llm import plugin
+
+        gp.plugins.register(plugin, name="llm")
+
+
+def test_commands_run_through_pygpukit(directory, capsys, llm_plugin):
+    import pygpukit.cli as cli
+
+    with pytest.raises(SystemExit):
+        cli.main(["--help"])
+    out = " ".join(capsys.readouterr().out.split())  # argparse wraps the help lines
+    for name in COMMANDS:
+        assert f"(from plugin llm; pygpukit {name} --help)" in out, out
+    args = ["--model", str(directory), "--dtype", "float32", "--temperature", "0", "--max-new-tokens", "12", "--prompt", "lorem ipsum"]
+    assert cli.main(["generate", *args]) == 0
+    via_pygpukit = capsys.readouterr().out
+    assert generate_main(args) == 0
+    assert via_pygpukit == capsys.readouterr().out
+    assert cli.main(["generate", "--model", str(directory / "none"), "--prompt", "x"]) == 2  # the exit status comes through
+
+
+def test_loading_the_plugin_does_not_import_the_commands():
+    code = (
+        "import sys, pygpukit as gp\n"
+        "if 'llm' not in {p.name for p in gp.plugins.plugins() if p.status == 'active'}:\n"
+        "    from pygpukit_llm import plugin\n"
+        "    gp.plugins.register(plugin, name='llm')\n"
+        "gp.plugins.plugins()\n"
+        "loaded = [m for m in ('pygpukit_llm.cli', 'pygpukit_llm.bench') if m in sys.modules]\n"
+        "assert 'pygpukit_llm.plugin' in sys.modules and not loaded, loaded\n"
+        "print('OK')"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0 and "OK" in run.stdout, run.stdout[-2000:] + run.stderr[-2000:]

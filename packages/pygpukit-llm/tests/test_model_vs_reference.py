@@ -11,6 +11,7 @@ from llm_testing import reference_greedy, reference_logits, write_tiny_model
 
 import pygpukit as gp
 import pygpukit_llm
+from pygpukit import ext
 from pygpukit_llm.generate import GenerationConfig, generate_ids
 
 ARCHS = sorted(pygpukit_llm.ARCHITECTURES)
@@ -40,23 +41,36 @@ def test_logits_match_the_reference(tmp_path, arch):
 
 @pytest.mark.parametrize("arch", ARCHS)
 def test_fused_norm_and_activation_projections_give_the_same_logits(tmp_path, arch, monkeypatch):
-    """The model's fused path (add_rms_norm_linear, swiglu_linear: a GPU kernel for
-    decode rows) forced for every call, served here by those ops' references:
-    the same logits as the ops one by one, prefill and a decode step over the cache."""
-    if "add_rms_norm_linear" not in gp.ops.names():
-        pytest.skip("pygpukit-gemm (which defines the fused ops) is not installed")
+    """The model calls the fused ops (add_rms_norm_linear for an RMSNorm before a
+    projection, swiglu_linear before a dense SwiGLU MLP's down projection: a GPU
+    kernel for decode rows, else their references): the same logits as the ops one
+    by one put in their place, prefill and a decode step over the cache."""
+    from pygpukit_nn import activations, norms
+
+    def add_rms_norm_linear(x, residual, weight, eps, w, bias):
+        normed, h = (norms.rms_norm(x, weight, eps), x) if residual is None else norms.add_rms_norm(x, residual, weight, eps)
+        return gp.linear(normed, w, bias), h
+
+    unfused = {"add_rms_norm_linear": add_rms_norm_linear, "swiglu_linear": lambda gu, w, bias: gp.linear(activations.swiglu(gu), w, bias)}
     _write(tmp_path, arch)
     model = pygpukit_llm.load(tmp_path, "float32")
     ids = np.random.default_rng(3).integers(0, 300, (2, 9)).astype(np.int32)
-    runs = []
+    op, called, runs = ext.op, set(), []
     for fused in (False, True):
-        monkeypatch.setattr(type(model), "_fusable", lambda self, op, args, fused=fused: fused)
+        if fused:
+            monkeypatch.setattr(ext, "op", lambda name: called.add(name) or op(name))
+        else:
+            monkeypatch.setattr(ext, "op", lambda name: unfused.get(name) or op(name))
         cache = model.new_cache(2, 16)
         first = model(gp.from_numpy(np.ascontiguousarray(ids[:, :8])), None, cache).astype(gp.float64).to_numpy()
         step = model(gp.from_numpy(np.ascontiguousarray(ids[:, 8:])), np.array([8]), cache).astype(gp.float64).to_numpy()
         runs.append((first, step))
-    for unfused, fused in zip(*runs):
-        assert _rel(fused, unfused) < 1e-6
+    spec = model.spec
+    want = {"add_rms_norm_linear"} if spec.norm == "rms" else set()
+    want |= {"swiglu_linear"} if spec.gated and not spec.moe and model.config.activation == "silu" else set()
+    assert called & set(unfused) == want
+    for unfused_logits, fused_logits in zip(*runs):
+        assert _rel(fused_logits, unfused_logits) < 1e-6
 
 
 @pytest.mark.parametrize("arch", ARCHS)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import pygpukit as gp
-from pygpukit import _runtime
+from pygpukit import ext
 from pygpukit_triton import TritonArray
 
 # Triton 3.6 maps str(dtype).split(".")[-1] through its type table; these are its names
@@ -35,7 +35,7 @@ def test_torch_like_metadata(rng):
     assert t.stride() == (1, 6) and t.stride(0) == 1
     assert t.numel() == 24 and t.dim() == 2 and t.element_size() == 2
     assert not t.is_contiguous() and TritonArray(a.copy()).is_contiguous()
-    assert t.device == ("cpu" if gp.backend() == "cpu" else f"cuda:{_runtime.get().device}")
+    assert t.device == ("cpu" if gp.backend() == "cpu" else f"cuda:{ext.device().ordinal}")
     assert "shape=(6, 4)" in repr(t)
 
 

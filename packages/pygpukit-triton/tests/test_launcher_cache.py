@@ -6,6 +6,8 @@ as Triton's own dispatch would."""
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import pytest
 
@@ -76,8 +78,8 @@ class _FakeCompiled:
 def no_device(monkeypatch):
     from pygpukit_triton import launcher
 
-    monkeypatch.setattr(launcher, "_gate_enter", lambda stream: 0)
-    monkeypatch.setattr(launcher, "current_stream_handle", lambda: 77)
+    monkeypatch.setattr(launcher, "launch_gate", lambda stream: contextlib.nullcontext())  # the fake stream 77 is no stream
+    monkeypatch.setattr(launcher, "current_stream", lambda: 77)
     from triton import knobs
 
     monkeypatch.setattr(launcher, "_runtime_knobs", knobs.runtime)  # as after a first launch
@@ -156,3 +158,24 @@ def test_launch_hooks_send_calls_through_triton(no_device, monkeypatch):
     assert len(taken) == 1 and compiled.run.calls == []
     launcher.launch(jit, (1,), x, y, out, 64, 1.5, BLOCK=64)
     assert len(taken) == 1 and len(compiled.run.calls) == 1
+
+
+def test_cached_launch_passes_the_launch_gate_on_the_current_stream(no_device, monkeypatch):
+    from pygpukit_triton import launcher
+
+    gated = []
+
+    @contextlib.contextmanager
+    def gate(stream):
+        gated.append(("enter", stream))
+        yield
+        gated.append(("exit", stream))
+
+    monkeypatch.setattr(launcher, "launch_gate", gate)
+    jit = _jit()
+    x, y, out = _arrays()
+    compiled = _FakeCompiled()
+    launcher._remember(jit, compiled, (x, y, out, 64, 1.5), {"BLOCK": 64})
+    launcher.launch(jit, (1,), x, y, out, 64, 1.5, BLOCK=64)
+    assert gated == [("enter", 77), ("exit", 77)] and len(compiled.run.calls) == 1
+    assert compiled.run.calls[0][3] == 77  # the launcher's stream is the gate's

@@ -1,8 +1,10 @@
 """pygpukit and pygpukit_triton without Triton installed: importing and loading
 the plugin work, using Triton raises TritonNotInstalledError naming what to
 install, the registry lists the Triton implementations as not runnable here,
-and the rest of pygpukit keeps working. Run in a subprocess whose path hides
-Triton when it is installed here."""
+and the rest of pygpukit keeps working. Without pygpukit-nn (an optional
+dependency) the plugin registers Triton's implementations of core's ops
+only. Run in subprocesses whose path hides Triton or pygpukit-nn when they
+are installed here."""
 
 from __future__ import annotations
 
@@ -70,3 +72,28 @@ def test_importing_the_package_and_plugin_does_not_import_triton():
     )
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0 and "OK" in run.stdout, run.stdout[-2000:] + run.stderr[-2000:]
+
+
+WITHOUT_NN = textwrap.dedent(
+    """
+    import importlib.util, sys
+    assert importlib.util.find_spec("pygpukit_nn") is None, "pygpukit_nn is still importable"
+    import pygpukit as gp
+    from pygpukit_triton import plugin
+
+    if "triton" not in {p.name for p in gp.plugins.plugins() if p.status == "active"}:
+        gp.plugins.register(plugin, name="triton")
+    rows = [r for r in gp.ops.table() if r.backend == "triton"]
+    assert {r.op for r in rows} == {"softmax", "matmul", "linear"}, rows
+    (state,) = [p for p in gp.plugins.plugins() if p.name == "triton"]
+    assert "not registered (pygpukit-nn is not installed): rms_norm" in state.info.description, state.info
+    assert "pygpukit_nn" not in sys.modules
+    print("OK")
+    """
+)
+
+
+def test_without_nn_only_cores_ops_are_registered(tmp_path):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(path_without(tmp_path, "pygpukit_nn")))
+    run = subprocess.run([sys.executable, "-S", "-c", WITHOUT_NN], capture_output=True, text=True, env=env, timeout=300)
+    assert run.returncode == 0 and run.stdout.strip().endswith("OK"), run.stdout[-3000:] + run.stderr[-3000:]

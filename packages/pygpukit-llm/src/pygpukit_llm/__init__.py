@@ -1,11 +1,11 @@
 """LLM inference for PyGPUkit from SafeTensors checkpoints.
 
 A separately installed plugin package of PyGPUkit; it depends on
-pygpukit-core, tokenizers and jinja2. So far: reading SafeTensors checkpoints (single or
-sharded, memory-mapped, validated) and config.json, estimating a model's
-memory before loading it, and the text side: tokenizer.json with its special
-tokens and stop ids, chat templates, streaming detokenizing, stop strings and
-``<think>`` blocks.
+pygpukit-core, pygpukit-nn, pygpukit-gemm, tokenizers and jinja2. So far:
+reading SafeTensors checkpoints (single or sharded, memory-mapped,
+validated) and config.json, estimating a model's memory before loading it,
+and the text side: tokenizer.json with its special tokens and stop ids,
+chat templates, streaming detokenizing, stop strings and ``<think>`` blocks.
 """
 
 from .chat import ChatTemplateError

@@ -253,7 +253,7 @@ def breakdown(model: Any, batch: int = 1, context: int = 16, reps: int = 10) -> 
     gaps between its kernels."""
     from pygpukit.benchmark.harness import median_time_ms
     from pygpukit.benchmark.peers import gp_timer
-    from pygpukit_nn import decode
+    from pygpukit_nn import decode_attn
 
     cfg, layer = model.config, model.layers[0]
     attn, mlp = layer.attn, layer.mlp
@@ -277,7 +277,7 @@ def breakdown(model: Any, batch: int = 1, context: int = 16, reps: int = 10) -> 
             growing.reset()
         growing.append(k, v, 0)
 
-    out = decode.decode_attention(q, filled, 0, attn.scale, attn.window).reshape(batch, 1, hq * d)
+    out = decode_attn.decode_attention(q, filled, 0, attn.scale, attn.window).reshape(batch, 1, hq * d)
     ops: dict[str, Callable[[], Any]] = {
         "layer.attn_norm": lambda: layer.attn_norm.add(x, residual),
         "layer.qkv": lambda: attn.qkv(h),
@@ -287,16 +287,17 @@ def breakdown(model: Any, batch: int = 1, context: int = 16, reps: int = 10) -> 
     if attn.rope is not None:
         ops["layer.rope"] = lambda: attn.rope(q, k, positions)
     ops["layer.kv_append"] = append
-    ops["layer.attention"] = lambda: decode.decode_attention(q, filled, 0, attn.scale, attn.window)
+    ops["layer.attention"] = lambda: decode_attn.decode_attention(q, filled, 0, attn.scale, attn.window)
     ops["layer.o"] = lambda: attn.o(out)
     ops["layer.mlp_norm"] = lambda: layer.mlp_norm.add(x, residual)
     if model.spec.moe:
         ops["layer.moe"] = lambda: mlp(h.reshape(batch, -1))
     else:
         up = mlp.up(h)
-        act = mlp._act(up)
+        activation = _activation(mlp)
+        act = activation(up)
         ops["layer.up"] = lambda: mlp.up(h)
-        ops["layer.act"] = lambda: mlp._act(up)
+        ops["layer.act"] = lambda: activation(up)
         ops["layer.down"] = lambda: mlp.down(act)
     logits = model.logits(h)
     ops["final_norm"] = lambda: model.final_norm(h)
@@ -306,6 +307,17 @@ def breakdown(model: Any, batch: int = 1, context: int = 16, reps: int = 10) -> 
     per_layer = sum(t for name, t in result.items() if name.startswith("layer."))
     result["step_estimate"] = cfg.num_layers * per_layer + sum(t for name, t in result.items() if not name.startswith("layer."))
     return result
+
+
+def _activation(mlp: Any) -> Callable[[gp.GPUArray], gp.GPUArray]:
+    """``act`` of an nn MLP's ``down(act(up(x)))``, by its public ``gated`` and ``activation``."""
+    from pygpukit_nn import activations as a
+
+    if mlp.gated:
+        table = {"silu": a.swiglu, "gelu": a.geglu, "gelu_tanh": lambda u: a.geglu(u, None, "tanh")}
+    else:
+        table = {"silu": a.silu, "gelu": a.gelu, "gelu_tanh": lambda u: a.gelu(u, "tanh"), "relu": a.relu, "relu_squared": a.relu_squared}
+    return table[mlp.activation]  # type: ignore[return-value]
 
 
 def measure_transformers(

@@ -169,12 +169,22 @@ class MemoryEstimate:
         return self.weights_bytes + self.kv_cache_bytes + self.workspace_bytes
 
     def __str__(self) -> str:
-        from pygpukit._units import format_bytes
-
         return (
-            f"weights {format_bytes(self.weights_bytes)} + KV cache {format_bytes(self.kv_cache_bytes)} + "
-            f"work {format_bytes(self.workspace_bytes)} = {format_bytes(self.total_bytes)}"
+            f"weights {_format_bytes(self.weights_bytes)} + KV cache {_format_bytes(self.kv_cache_bytes)} + "
+            f"work {_format_bytes(self.workspace_bytes)} = {_format_bytes(self.total_bytes)}"
         )
+
+
+def _format_bytes(n: int) -> str:
+    """A byte count as ``gp.info()`` writes one: "512 B", "1.50 KiB" and so on up to TiB."""
+    if abs(n) < 1024:
+        return f"{int(n)} B"
+    v = float(n)
+    for unit in ("KiB", "MiB", "GiB"):
+        v /= 1024
+        if abs(v) < 1024:
+            return f"{v:.2f} {unit}"
+    return f"{v / 1024:.2f} TiB"
 
 
 def estimate(directory: str | os.PathLike[str], dtype: Any = "bfloat16", max_seq_len: int | None = None, batch: int = 1) -> MemoryEstimate:

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 import pygpukit as gp
+from pygpukit import ext
 
 from .config import ConfigError, ModelConfig, estimate
 from .generate import DecodeStates
@@ -74,7 +75,6 @@ class CausalLM:
         self.embed, self.pos_embed, self.layers = embed, pos_embed, layers
         self.final_norm, self.lm_head, self.directory = final_norm, lm_head, directory
         self.tokenizer: Tokenizer | None = None
-        self._fused: dict[tuple[Any, ...], bool] = {}
         self._decode_states = DecodeStates()  # what generation keeps for later calls (generate.py)
 
     @property
@@ -105,36 +105,23 @@ class CausalLM:
                 pending = self._down(layer.mlp, up)
         return self.final_norm(pending) if residual is None else self.final_norm.add(pending, residual)[0]
 
-    # Decode fuses the norm into the projection after it and the activation into
-    # the down projection (pygpukit-gemm's add_rms_norm_linear / swiglu_linear)
-    # where an implementation other than the reference takes the call (a GPU
-    # kernel for a few rows); elsewhere the ops run one by one, with the same results.
+    # An RMSNorm before a linear layer, and swiglu before the down projection, are
+    # pygpukit-nn's fused ops add_rms_norm_linear / swiglu_linear: the registry
+    # picks a fused kernel where one takes the call (pygpukit-gemm's decode GEMV
+    # for a few rows), else their reference, which is the unfused ops (same results).
 
     def _norm_project(self, norm: Any, linear: Any, x: gp.GPUArray, residual: Any) -> tuple[gp.GPUArray, gp.GPUArray]:
         """``(linear(norm(h)), h)`` with ``h = x + residual`` (x when residual is None)."""
         nn = _nn()
         if isinstance(norm, nn.RMSNorm) and isinstance(linear, nn.Linear):
-            args = (x, residual, norm.weight, norm.eps, linear.weight, linear.bias)
-            if self._fusable("add_rms_norm_linear", args):
-                return gp.ops.add_rms_norm_linear(*args)  # type: ignore[no-any-return]
+            return ext.op("add_rms_norm_linear")(x, residual, norm.weight, norm.eps, linear.weight, linear.bias)  # type: ignore[no-any-return]
         normed, h = (norm(x), x) if residual is None else norm.add(x, residual)
         return linear(normed), h
 
     def _down(self, mlp: Any, up: gp.GPUArray) -> gp.GPUArray:
         if mlp.gated and mlp.activation == "silu" and isinstance(mlp.down, _nn().Linear):
-            args = (up, mlp.down.weight, mlp.down.bias)
-            if self._fusable("swiglu_linear", args):
-                return gp.ops.swiglu_linear(*args)  # type: ignore[no-any-return]
+            return ext.op("swiglu_linear")(up, mlp.down.weight, mlp.down.bias)  # type: ignore[no-any-return]
         return mlp.down_proj(up)  # type: ignore[no-any-return]
-
-    def _fusable(self, op: str, args: tuple[Any, ...]) -> bool:
-        """Whether ``op`` exists and a non-reference implementation takes ``args``
-        (asked once per signature: the arrays' shapes and the other arguments)."""
-        k = (op, *(a.shape if isinstance(a, gp.GPUArray) else a for a in args))
-        hit = self._fused.get(k)
-        if hit is None:
-            hit = self._fused[k] = op in gp.ops.names() and not gp.ops.which(op, *args).endswith(":reference")
-        return hit
 
     def logits(self, hidden: gp.GPUArray) -> gp.GPUArray:
         return self.lm_head(hidden)

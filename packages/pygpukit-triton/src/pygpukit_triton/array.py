@@ -18,7 +18,7 @@ import math
 from typing import Any
 
 import pygpukit as gp
-from pygpukit import _runtime
+from pygpukit import ext
 
 
 class TritonArray:
@@ -33,41 +33,41 @@ class TritonArray:
 
     # -- what Triton's specializer and launcher read ---------------------------------
     def data_ptr(self) -> int:
-        return self.array._ptr
+        return self.array.data_ptr
 
     @property
     def dtype(self) -> Any:
-        return self.array._dtype
+        return self.array.dtype
 
     # -- torch-like metadata ----------------------------------------------------------
     @property
     def shape(self) -> tuple[int, ...]:
-        return self.array._shape
+        return self.array.shape
 
     def size(self, dim: int | None = None) -> Any:
-        return self.array._shape if dim is None else self.array._shape[dim]
+        return self.array.shape if dim is None else self.array.shape[dim]
 
     def stride(self, dim: int | None = None) -> Any:
-        item = self.array._dtype.itemsize
+        item = self.array.dtype.itemsize
         s = tuple(b // item for b in self.array.strides)
         return s if dim is None else s[dim]
 
     def dim(self) -> int:
-        return len(self.array._shape)
+        return len(self.array.shape)
 
     def numel(self) -> int:
-        return math.prod(self.array._shape)
+        return math.prod(self.array.shape)
 
     def element_size(self) -> int:
-        return self.array._dtype.itemsize
+        return self.array.dtype.itemsize
 
     def is_contiguous(self) -> bool:
         return self.array.is_contiguous
 
     @property
     def device(self) -> str:
-        rt = _runtime.get()
-        return f"cuda:{rt.device}" if rt.backend == "cuda" else "cpu"
+        d = ext.device()
+        return f"cuda:{d.ordinal}" if d.backend == "cuda" else "cpu"
 
     # -- the autotuner's reset_to_zero / restore_value hooks --------------------------
     def zero_(self) -> TritonArray:
@@ -79,7 +79,7 @@ class TritonArray:
 
     def copy_(self, other: Any) -> TritonArray:
         src = other.array if isinstance(other, TritonArray) else other
-        if not (isinstance(src, gp.GPUArray) and src._ptr == self.array._ptr and src._shape == self.array._shape):
+        if not (isinstance(src, gp.GPUArray) and src.data_ptr == self.array.data_ptr and src.shape == self.array.shape):
             self.array[...] = src
         return self
 
@@ -100,4 +100,4 @@ class TritonArray:
         return 0
 
     def __repr__(self) -> str:
-        return f"TritonArray(shape={self.array._shape}, dtype={self.array._dtype}, ptr=0x{self.array._ptr:x})"
+        return f"TritonArray(shape={self.array.shape}, dtype={self.array.dtype}, ptr=0x{self.array.data_ptr:x})"

@@ -20,8 +20,7 @@ import threading
 from typing import Any
 
 import pygpukit as gp
-from pygpukit import _runtime
-from pygpukit.streams import current_stream_handle
+from pygpukit import ext
 
 from . import _triton
 
@@ -60,35 +59,34 @@ def _make_driver_class() -> type:
         """CudaDriver answering from pygpukit's runtime (no torch)."""
 
         def __init__(self) -> None:  # not CudaDriver's: GPUDriver.__init__ imports torch
-            rt = _runtime.get()
-            self._rt = rt
+            self._device = ext.device()
             self.utils = CudaUtils()
             self.launcher_cls = CudaLauncher
 
         @staticmethod
         def is_active() -> bool:
-            return _runtime.get().backend == "cuda"
+            return ext.device().backend == "cuda"
 
         def get_current_device(self) -> int:
-            return self._rt.device
+            return self._device.ordinal
 
         def set_current_device(self, device: int) -> None:
-            if device != self._rt.device:
+            if device != self._device.ordinal:
                 raise _triton.TritonBackendError(
-                    f"pygpukit runs on device {self._rt.device} (PYGPUKIT_DEVICE); Triton asked for device {device}"
+                    f"pygpukit runs on device {self._device.ordinal} (PYGPUKIT_DEVICE); Triton asked for device {device}"
                 )
 
         def get_device_capability(self, device: int | None = None) -> tuple[int, int]:
-            props = self._rt.props
+            props = self._device.properties
             return props["major"], props["minor"]
 
         def get_current_stream(self, device: int | None = None) -> int:
-            return current_stream_handle()
+            return ext.current_stream()
 
         def get_active_torch_device(self) -> Any:
             import torch  # only asked for by torch-based Triton utilities
 
-            return torch.device("cuda", self._rt.device)
+            return torch.device("cuda", self._device.ordinal)
 
         def get_device_interface(self) -> Any:
             return DeviceInterface

@@ -24,8 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pygpukit as gp
-from pygpukit import _runtime
-from pygpukit.streams import current_stream_handle
+from pygpukit.ext import current_stream, launch_gate
 
 from . import _triton, driver
 from .array import TritonArray
@@ -81,9 +80,9 @@ _ENTRIES_MAX = 8192
 def _token(a: Any) -> Any:
     t = type(a)
     if t is _GP:
-        return (a._dtype, not a._ptr & 15)
+        return (a.dtype, not a.data_ptr & 15)
     if t is TritonArray:
-        return (a.array._dtype, not a.array._ptr & 15)
+        return (a.array.dtype, not a.array.data_ptr & 15)
     if t is int:
         if a == 1:
             return 1
@@ -119,9 +118,9 @@ def _value(a: Any) -> Any:
     """A runtime argument as the launcher takes it: arrays as their address."""
     t = type(a)
     if t is _GP:
-        return a._ptr
+        return a.data_ptr
     if t is TritonArray:
-        return a.array._ptr
+        return a.array.data_ptr
     return a
 
 
@@ -183,19 +182,9 @@ def _fast(entry: _Entry, info: _Kernel, grid: Any, args: tuple, meta: dict) -> N
         g0, g1, g2 = grid[0], 1, 1
     else:
         g0, g1, g2 = _grid(grid, info, args, meta, entry.template)
-    stream = current_stream_handle()
-    token = _gate_enter(stream)
-    entry.launch(g0, g1, g2, stream, entry.function, *entry.prefix, entry.packed, None, None, None, *vals)
-    if token:
-        _gate_exit(stream, token)
-
-
-def _gate_enter(stream: int) -> int:
-    return _runtime.get().native.launch_gate_enter(stream)
-
-
-def _gate_exit(stream: int, token: int) -> None:
-    _runtime.get().native.launch_gate_exit(stream, token)
+    stream = current_stream()
+    with launch_gate(stream):
+        entry.launch(g0, g1, g2, stream, entry.function, *entry.prefix, entry.packed, None, None, None, *vals)
 
 
 def _slow(kernel: Any, grid: Any, args: tuple, meta: dict) -> None:
@@ -218,11 +207,8 @@ def _slow(kernel: Any, grid: Any, args: tuple, meta: dict) -> None:
 
         _runtime_knobs = knobs.runtime
     driver.activate()
-    stream = current_stream_handle()
-    token = _gate_enter(stream)
-    compiled = kernel.run(*wargs, grid=grid, warmup=False, **wmeta)
-    if token:
-        _gate_exit(stream, token)
+    with launch_gate(current_stream()):
+        compiled = kernel.run(*wargs, grid=grid, warmup=False, **wmeta)
     _remember(kernel, compiled, args, meta)
 
 

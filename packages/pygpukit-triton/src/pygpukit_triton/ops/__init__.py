@@ -1,8 +1,8 @@
 """Triton implementations of pygpukit's ops, with the signatures of the ops
-they implement (pygpukit-nn's norms, activations, rope and sdpa; core's
-softmax and matmul). The plugin registers them under backend "triton";
-they can also be called directly. ``gelu`` is core's ufunc ``gp.gelu`` (not
-a registry op), so it is only offered here as a function."""
+they implement (pygpukit-nn's norms, activations, gelu, rope and sdpa;
+core's softmax, matmul and linear). The plugin registers them under backend
+"triton" (nn's only where pygpukit-nn is installed: they check their
+arguments with ``pygpukit_nn.checks``); they can also be called directly."""
 
 from .activations import geglu, gelu, swiglu
 from .attention import sdpa

@@ -29,26 +29,26 @@ def _run(act: int, g: Any, u: Any) -> gp.GPUArray:
 
 def swiglu(x: Any, up: Any = None) -> gp.GPUArray:
     """``silu(gate) * up``: x is [gate, up] along its last axis, or the gate with ``up`` separate."""
-    from pygpukit_nn.activations import _halves
+    from pygpukit_nn.checks import halves
 
-    g, u = _halves("swiglu", x, up)
+    g, u = halves("swiglu", x, up)
     return _run(0, g, u)
 
 
 def geglu(x: Any, up: Any = None, approximate: str = "none") -> gp.GPUArray:
     """``gelu(gate) * up`` (``approximate``: "none" or "tanh"); layouts as ``swiglu``."""
-    from pygpukit_nn.activations import _check_approximate, _halves
+    from pygpukit_nn.checks import check_approximate, halves
 
-    _check_approximate(approximate)
-    g, u = _halves("geglu", x, up)
+    check_approximate(approximate)
+    g, u = halves("geglu", x, up)
     return _run(_GELU[approximate], g, u)
 
 
 def gelu(x: Any, approximate: str = "none") -> gp.GPUArray:
     """GELU of x, exact (``approximate="none"``) or the tanh form (``"tanh"``), as torch."""
-    from pygpukit_nn.activations import _check_approximate
+    from pygpukit_nn.checks import check_approximate
 
-    _check_approximate(approximate, "gelu")
+    check_approximate(approximate, "gelu")
     if not isinstance(x, gp.GPUArray):
         raise TypeError(f"gelu: x must be a GPUArray, got {type(x).__name__}")
     if x.dtype not in FLOATS:

@@ -29,9 +29,9 @@ def _operand(x: gp.GPUArray) -> gp.GPUArray:
 def sdpa(q: Any, k: Any, v: Any, mask: Any = None, causal: Any = False, scale: Any = None, window: Any = None, kv_lens: Any = None,
          layout: Any = "bhsd") -> gp.GPUArray:  # fmt: skip
     """Attention ``softmax(scale * q k^T) v``, causal or not (see the module docstring)."""
-    from pygpukit_nn.attention import _check
+    from pygpukit_nn.checks import check_attention
 
-    a = _check(q, k, v, mask, causal, scale, window, kv_lens, layout)
+    a = check_attention(q, k, v, mask, causal, scale, window, kv_lens, layout)
     if not applies(q, k, v, mask, causal, scale, window, kv_lens, layout):
         raise ValueError(f"sdpa (triton): serves bfloat16/float16 q, k, v with head_dim in {HEAD_DIMS}, no mask, "
                          "no window and no kv_lens; the native op serves the rest")  # fmt: skip

@@ -14,9 +14,9 @@ from ._common import contiguous, get, launch, row_blocks, rows_of, takes_rows
 
 
 def _check(op: str, x: Any, residual: Any, weight: Any, bias: Any, eps: Any) -> float:
-    from pygpukit_nn.norms import _check_rows
+    from pygpukit_nn.checks import check_rows
 
-    return _check_rows(op, x, residual, weight, bias, eps)
+    return check_rows(op, x, residual, weight, bias, eps)
 
 
 def _run(x: Any, res: Any, weight: Any, bias: Any, eps: float, layer: bool) -> tuple[gp.GPUArray, Any]:

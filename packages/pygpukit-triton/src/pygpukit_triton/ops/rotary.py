@@ -40,9 +40,9 @@ def _rotate(x: gp.GPUArray, cos_sin: Any, positions: Any, lead: tuple[int, ...],
 
 def rope(q: Any, k: Any, cos_sin: Any, positions: Any, layout: str, rotary_dim: int) -> tuple[gp.GPUArray, Any]:
     """Rotate q and k (or None) in place by their tokens' positions; returns (q, k)."""
-    from pygpukit_nn.positional import _check_rope
+    from pygpukit_nn.checks import check_rope
 
-    lead, half = _check_rope(q, k, cos_sin, positions, layout, rotary_dim)
+    lead, half = check_rope(q, k, cos_sin, positions, layout, rotary_dim)
     if not applies(q, k, cos_sin, positions, layout, rotary_dim):
         raise ValueError("rope (triton): needs float16/bfloat16/float32 q and k with unit stride along head_dim, "
                          "a contiguous float32 cos_sin cache and int32/int64 positions")  # fmt: skip

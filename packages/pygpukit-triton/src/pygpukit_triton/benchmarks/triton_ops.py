@@ -19,9 +19,11 @@ from typing import Any
 import numpy as np
 
 import pygpukit as gp
+from pygpukit.benchmark.harness import Recorder, host_time_us, median_time_ms
+from pygpukit.benchmark.peers import gp_timer, torch_cuda, torch_timer
 
-from .harness import Recorder, host_time_us, median_time_ms
-from .peers import gp_timer, torch_cuda, torch_timer
+from .._triton import available
+from ..plugin import has_nn
 
 IMPL = {"native": "pygpukit", "triton": "pygpukit-triton"}
 HQ, HKV, D = 32, 8, 128  # RoPE and attention heads (GQA 4:1), head_dim
@@ -149,13 +151,10 @@ def _rate(amount: float, ms: float, metric: str) -> float:
 
 
 def bench_triton_ops(rec: Recorder, quick: bool) -> None:
-    try:
-        import pygpukit_nn  # noqa: F401
-        import pygpukit_triton
-    except ImportError:
-        print("  triton_ops: needs pygpukit-nn and pygpukit-triton; skipped")
+    if not has_nn():
+        print("  triton_ops: needs pygpukit-nn (pip install 'pygpukit-triton[nn]'); skipped")
         return
-    if gp.backend() != "cuda" or not pygpukit_triton.available():
+    if gp.backend() != "cuda" or not available():
         print("  triton_ops: needs a CUDA GPU and triton (pip install triton); skipped")
         return
     warm, reps = (2, 5) if quick else (3, 20)
@@ -186,16 +185,14 @@ def _launch_overhead(rec: Recorder, torch: Any, quick: bool) -> None:
     """Host time of launching a one-block vector add three ways (see the module docstring)."""
     import triton
 
-    import pygpukit_triton as pt
-    from pygpukit_triton import driver
-
-    from .triton_tiny import tiny_add
+    from .. import driver, launch, tensor
+    from .tiny import tiny_add
 
     burst, reps = (50, 20) if quick else (50, 400)
     n = 1024
     a, b, c = (gp.zeros((n,), gp.float32) for _ in range(3))
-    ta, tb, tc = pt.tensor(a), pt.tensor(b), pt.tensor(c)
-    run = lambda: pt.launch(tiny_add, (1,), a, b, c, n, BLOCK=1024)
+    ta, tb, tc = tensor(a), tensor(b), tensor(c)
+    run = lambda: launch(tiny_add, (1,), a, b, c, n, BLOCK=1024)
     rec.add(
         "triton_tiny_launch_host", "pygpukit", "us", host_time_us(run, gp.synchronize, burst, reps), False, note="pygpukit_triton.launch"
     )
