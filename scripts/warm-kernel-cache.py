@@ -32,7 +32,7 @@ def main() -> int:
     p.add_argument("-j", "--jobs", type=int, default=os.cpu_count())
     args = p.parse_args()
     from pygpukit import _runtime
-    from pygpukit._backend.cuda import instantiations
+    from pygpukit.kernels.catalog import instantiations
 
     sm = _runtime.get().sm
     jobs = [(name, expr, sm) for name, exprs in instantiations().items() for expr in exprs]

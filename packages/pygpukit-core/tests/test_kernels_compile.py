@@ -4,8 +4,8 @@ sm_80 and sm_90 (no GPU needed), through the same path as gp.jit."""
 import pytest
 
 from pygpukit import kernels
-from pygpukit._backend.cuda import instantiations
 from pygpukit.jit import compiler
+from pygpukit.kernels.catalog import instantiations
 
 CHUNK = 256
 

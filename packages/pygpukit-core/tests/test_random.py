@@ -10,7 +10,7 @@ import pytest
 
 import pygpukit as gp
 from gp_testing import FLOAT_DTYPES
-from pygpukit import random as gpr
+from pygpukit._backend import random as gpr
 
 M32 = 0xFFFFFFFF
 INT_DTYPES = [gp.int8, gp.int16, gp.int32, gp.int64, gp.uint8, gp.uint16, gp.uint32, gp.uint64]
@@ -216,9 +216,9 @@ def test_large_request_matches_the_numpy_twin():
     """2^22 + 3 values: on a GPU, more blocks than threads (the grid-stride loop) and a tail."""
     n = (1 << 22) + 3
     x = gp.random.default_rng(6).random(n).to_numpy()
-    np.testing.assert_array_equal(x, gpr._UNIFORM_F[24].values(6, 0, n, 0.0, 1.0))
+    np.testing.assert_array_equal(x, gpr.UNIFORM_F[24].values(6, 0, n, 0.0, 1.0))
     z = gp.random.default_rng(6).standard_normal(n).to_numpy()
-    np.testing.assert_allclose(z, gpr._NORMAL_F.values(6, 0, n, 0.0, 1.0), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(z, gpr.NORMAL_F.values(6, 0, n, 0.0, 1.0), rtol=1e-5, atol=1e-5)
 
 
 def test_consecutive_requests_continue_the_stream():

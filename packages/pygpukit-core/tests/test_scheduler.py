@@ -333,7 +333,7 @@ def test_top_renders_published_snapshots(tmp_path, capsys):
     from pygpukit import cli, top
 
     with gp.task("shown", qos="burstable"):
-        path = top.publish_once(tmp_path)
+        path = sch.publish_once(tmp_path)
         assert path.name.endswith(".json")
     docs = top.collect(tmp_path)
     assert len(docs) == 1 and any(t["name"] == "shown" for t in docs[0]["snapshot"]["tasks"])

@@ -9,7 +9,7 @@ import pytest
 
 import pygpukit as gp
 from gp_testing import random_array
-from pygpukit.softmax import SPLIT_THREADS, SPLIT_VECS, max_items, row_plan, split_chunks
+from pygpukit._backend.cuda.softmax import SPLIT_THREADS, SPLIT_VECS, max_items, row_plan, split_chunks
 
 FUNCS = ["softmax", "log_softmax", "logsumexp"]
 

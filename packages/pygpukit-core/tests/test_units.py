@@ -36,7 +36,7 @@ def test_kernel_parameter_buffers_end_with_the_parameters():
     # Params<T> of a unary kernel must not be padded unless a Layout follows.
     import numpy as np
 
-    from pygpukit._backend.cuda import _params_struct
+    from pygpukit._backend.cuda.launch import params_struct as _params_struct
 
     for dt, size in ((np.float32, 36), (np.int8, 27), (np.uint16, 30), (np.float64, 48)):
         assert _params_struct("@PPq", np.dtype(dt), False).size == size

@@ -8,9 +8,7 @@ from __future__ import annotations
 
 from contextlib import AbstractContextManager
 
-__version__ = "0.1.0"
-
-from . import memory, ops, plugins, random, scheduler, transfer
+from . import _runtime, memory, ops, plugins, random, scheduler, transfer
 from ._dtypes import (
     bfloat16,
     bool_,
@@ -46,6 +44,7 @@ from ._errors import (
     RouteError,
     SchedulerError,
 )
+from ._version import __version__ as __version__
 from .array import Device, EvictableArray, GPUArray
 from .array_api import (
     __array_api_version__,
@@ -80,8 +79,6 @@ from .creation import (
     linspace,
     ones,
     ones_like,
-    tril,
-    triu,
     zeros,
     zeros_like,
 )
@@ -90,8 +87,9 @@ from .graphs import Graph, graph
 from .info import Info, info
 from .interop import from_dlpack
 from .jit import JitKernel, jit
-from .linalg import dot, get_matmul_precision, linear, matmul, outer, set_matmul_precision, vdot
+from .linalg import dot, get_matmul_precision, linear, matmul, outer, set_matmul_precision, tril, triu, vdot
 from .reductions import all, any, argmax, argmin, cumprod, cumsum, max, mean, min, prod, std, sum, var
+from .registry import REGISTRY as _REGISTRY
 from .scheduler import Task, task
 from .selection import count_nonzero, nonzero, take, take_along_axis
 from .shape import (
@@ -213,22 +211,16 @@ def route(op: str, target: str | None) -> None:
     """Run ``op`` only on ``target``: a backend ("cuda", "triton", "cpu"), a plugin,
     or one implementation ("plugin:name", as ``gp.ops.table()`` lists them); None
     removes the route. Process-wide. A target that cannot run here raises RouteError."""
-    from .registry import REGISTRY
-
-    REGISTRY.route(op, target)
+    _REGISTRY.route(op, target)
 
 
 def routing(**routes: str | None) -> AbstractContextManager[None]:
     """``with gp.routing(rms_norm="triton", matmul="cuda"):`` routes for the block, then the previous ones."""
-    from .registry import REGISTRY
-
-    return REGISTRY.routing(**routes)
+    return _REGISTRY.routing(**routes)
 
 
 def backend() -> str:
     """ "cuda" or "cpu" (choosing it now if not chosen yet)."""
-    from . import _runtime
-
     return _runtime.get().backend
 
 

@@ -186,6 +186,31 @@ def accumulator(out_dt: np.dtype) -> np.dtype:
     return uint64 if out_dt.kind == "u" else int64
 
 
+def compute_dtype(dt: np.dtype) -> np.dtype:
+    """What kernels (and the CPU backend, alike) do arithmetic in for operands of
+    ``dt``: float32 for the 8/16-bit floats (pgk::compute_t), else ``dt`` itself."""
+    return float32 if dt.itemsize < 4 and is_float(dt) else dt
+
+
+def compare_dtype(dt: np.dtype) -> np.dtype:
+    """The dtype max/min/argmax compare in: float32 for the 8/16-bit floats, int32
+    for bool and 8/16-bit integers (warp shuffles move 32 or 64 bits), else dt."""
+    if dt.itemsize >= 4:
+        return dt
+    return float32 if is_float(dt) else int32
+
+
+def reduction_dtypes(op: str, dt: np.dtype, out: np.dtype | None = None) -> tuple[np.dtype, np.dtype]:
+    """(result, accumulator) dtypes of reduction ``op`` (sum, prod, max, min, all,
+    any) over ``dt``; ``out`` replaces the result dtype of sum and prod."""
+    if op in ("sum", "prod"):
+        res = sum_dtype(dt) if out is None else out
+        return res, accumulator(res)
+    if op in ("all", "any"):
+        return bool_, int32
+    return dt, compare_dtype(dt)
+
+
 def sum_dtype(dt: np.dtype) -> np.dtype:
     """NumPy's default accumulator/result dtype of ``sum`` for an input dtype."""
     if dt == bool_ or dt.kind == "i":

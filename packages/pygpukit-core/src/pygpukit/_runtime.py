@@ -9,12 +9,15 @@ Rust pool (through its host driver table) and ops run on NumPy.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from dataclasses import dataclass, field
 from typing import Any
 
 from ._errors import CudaError, NVRTCError
+from ._units import parse_bytes
+from .jit import nvrtc
 
 
 @dataclass
@@ -27,7 +30,7 @@ class Runtime:
     sm: int = 0  # compute capability as major*10 + minor
     stream: int = 0  # pygpukit's own default stream (never the legacy stream 0 on CUDA)
     native: Any = None  # pygpukit._native on CUDA
-    ops: Any = None  # the backend implementation (_backend.cuda / _backend.cpu)
+    ops: Any = None  # the backend implementation (_backend.cuda.CudaOps / _backend.cpu.CpuOps)
 
 
 _lock = threading.Lock()
@@ -42,8 +45,6 @@ def get() -> Runtime:
 
 
 def _memory_limit() -> int | None:
-    from ._units import parse_bytes
-
     env = os.environ.get("PYGPUKIT_MEMORY_LIMIT")
     return parse_bytes(env) if env else None
 
@@ -52,7 +53,7 @@ def _try_cuda() -> tuple[Runtime | None, str]:
     if os.environ.get("PYGPUKIT_BACKEND", "").lower() == "cpu":
         return None, "PYGPUKIT_BACKEND=cpu"
     try:
-        from . import _native
+        from . import _native  # here: its ImportError is a reason to fall back, not a failure
     except ImportError as exc:
         return None, f"native module pygpukit._native is not available ({exc})"
     try:
@@ -64,13 +65,11 @@ def _try_cuda() -> tuple[Runtime | None, str]:
             return None, "No GPU devices found"
     except CudaError as exc:
         return None, f"No GPU devices found ({exc})"
-    from .jit import nvrtc
-
     try:
         nvrtc.load()
     except NVRTCError as exc:
         return None, f"NVRTC JIT compiler not available: {exc}"
-    from . import _rt
+    from . import _rt  # the native modules load on first use, not with `import pygpukit`
 
     device = int(os.environ.get("PYGPUKIT_DEVICE", "0"))
     _native.set_device(device)
@@ -80,8 +79,6 @@ def _try_cuda() -> tuple[Runtime | None, str]:
     # The scheduler's capacity: the pool limit, else the device's memory.
     pool = _rt.Pool(_native.driver_table(), limit, capacity=limit if limit is not None else props["total_memory"])
     _native.set_launch_gate(pool.scheduler().launch_gate())
-    from ._backend import cuda
-
     rt = Runtime(
         backend="cuda",
         reason=None,
@@ -92,7 +89,9 @@ def _try_cuda() -> tuple[Runtime | None, str]:
         stream=stream,
         native=_native,
     )
-    rt.ops = cuda.CudaOps(rt)
+    from ._backend.cuda import CudaOps  # the backends load with it, on first use: `import pygpukit` stays cheap
+
+    rt.ops = CudaOps(rt)
     return rt, ""
 
 
@@ -103,14 +102,13 @@ def _init() -> Runtime:
             return _runtime
         rt, reason = _try_cuda()
         if rt is None:
-            import logging
-
-            from . import _rt
-            from ._backend import cpu
+            from . import _rt  # as in _try_cuda: loaded on first use
 
             logging.getLogger("pygpukit").warning("Falling back to CPU simulation backend: %s", reason)
             limit = _memory_limit()
             rt = Runtime(backend="cpu", reason=reason, pool=_rt.Pool(_rt.host_table(), limit, capacity=limit))
-            rt.ops = cpu.CpuOps(rt)
+            from ._backend.cpu import CpuOps  # as CudaOps in _try_cuda: loaded on first use
+
+            rt.ops = CpuOps(rt)
         _runtime = rt
         return rt

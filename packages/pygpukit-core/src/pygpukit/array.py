@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import operator
+import sys
 import warnings
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
@@ -113,13 +114,25 @@ class GPUArray:
         self._ptr = ptr
         return self
 
-    @classmethod
-    def _empty(cls, shape: tuple[int, ...], dtype: np.dtype, stream: int | None = None) -> GPUArray:
-        """A new contiguous array from the pool on ``stream`` (default: the current one)."""
+    @staticmethod
+    def _empty(shape: tuple[int, ...], dtype: np.dtype, stream: int | None = None) -> GPUArray:
+        """A new C-contiguous array from the pool, ordered on ``stream`` (a handle;
+        default the current stream): the one way every op allocates its output.
+        ``shape`` is a tuple of ints and ``dtype`` a NumPy dtype (no conversion:
+        the hot path of every op, hence the direct slot writes)."""
         size = math.prod(shape)
-        rt = _runtime._runtime or _runtime.get()
-        block = rt.pool.alloc(size * dtype.itemsize, current_stream_handle() if stream is None else stream)
-        return new_contiguous(shape, dtype, size, block)
+        block = (_runtime._runtime or _runtime.get()).pool.alloc(
+            size * dtype.itemsize, current_stream_handle() if stream is None else stream
+        )
+        self = object.__new__(GPUArray)
+        self._shape = shape
+        self._dtype = dtype
+        self._size = size
+        self._strides = None
+        self._contig = True
+        self._block = block
+        self._ptr = block.ptr
+        return self
 
     # -- properties -----------------------------------------------------
     @property
@@ -189,7 +202,7 @@ class GPUArray:
         check_not_capturing("to_numpy()/item()/repr()/bool()")
         src = self if self._contig else self.copy()
         out = np.empty(self._shape, dtype=self._dtype)
-        _runtime.get().ops.to_host(out, src)
+        _runtime.get().ops.to_host(out, src, current_stream_handle())
         return out
 
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
@@ -220,8 +233,9 @@ class GPUArray:
     @on_stream
     def copy(self) -> GPUArray:
         """A contiguous copy (queued on the current stream)."""
-        out = GPUArray._empty(self._shape, self._dtype)
-        _runtime.get().ops.cast(self, out)
+        stream = current_stream_handle()
+        out = GPUArray._empty(self._shape, self._dtype, stream)
+        _runtime.get().ops.cast(self, out, stream)
         return out
 
     @on_stream
@@ -232,14 +246,19 @@ class GPUArray:
             return self
         if self._dtype.kind == "c" and dt.kind not in "cb":
             warnings.warn("Casting complex values to real discards the imaginary part", np.exceptions.ComplexWarning, stacklevel=2)
-        out = GPUArray._empty(self._shape, dt)
-        _runtime.get().ops.cast(self, out)
+        stream = current_stream_handle()
+        out = GPUArray._empty(self._shape, dt, stream)
+        _runtime.get().ops.cast(self, out, stream)
         return out
 
-    # -- arithmetic -------------------------------------------------------
-    # + - * / // % ** & | ^ << >> == != < <= > >=, their reflected and in-place
-    # forms and - + abs ~ are the functions of pygpukit.ufuncs, which installs
-    # them here (ufuncs imports this module).
+    # -- methods of the front-end modules ---------------------------------
+    # Each module that implements a family of operations installs its methods
+    # here (it imports this module, never the reverse): pygpukit.ufuncs the
+    # operators + - * / // % ** & | ^ << >> == != < <= > >=, their reflected
+    # and in-place forms, - + abs ~ and conj; pygpukit.reductions sum ... argmin;
+    # pygpukit.linalg @; pygpukit.interop DLPack and __cuda_array_interface__;
+    # pygpukit.selection advanced indexing and item assignment. Their
+    # signatures for type checkers:
     if TYPE_CHECKING:
 
         def __add__(self, other: Any) -> GPUArray: ...
@@ -290,106 +309,28 @@ class GPUArray:
         def __invert__(self) -> GPUArray: ...
         def __divmod__(self, other: Any) -> tuple[GPUArray, GPUArray]: ...
         def __rdivmod__(self, other: Any) -> tuple[GPUArray, GPUArray]: ...
-
-    def __matmul__(self, other: Any) -> GPUArray:
-        from .linalg import _matmul_operator
-
-        return _matmul_operator(self, other)
-
-    def __rmatmul__(self, other: Any) -> GPUArray:
-        from .linalg import _rmatmul_operator
-
-        return _rmatmul_operator(self, other)
-
-    # -- reductions (pygpukit.reductions) --------------------------------------
-    @on_stream
-    def sum(self, axis: Any = None, dtype: Any = None, keepdims: bool = False) -> GPUArray:
-        """Sum, with NumPy's result dtype; see ``gp.sum``."""
-        from . import reductions
-
-        return reductions.sum(self, axis, dtype, keepdims)
-
-    @on_stream
-    def prod(self, axis: Any = None, dtype: Any = None, keepdims: bool = False) -> GPUArray:
-        from . import reductions
-
-        return reductions.prod(self, axis, dtype, keepdims)
-
-    @on_stream
-    def max(self, axis: Any = None, keepdims: bool = False) -> GPUArray:
-        from . import reductions
-
-        return reductions.max(self, axis, keepdims)
-
-    @on_stream
-    def min(self, axis: Any = None, keepdims: bool = False) -> GPUArray:
-        from . import reductions
-
-        return reductions.min(self, axis, keepdims)
-
-    @on_stream
-    def all(self, axis: Any = None, keepdims: bool = False) -> GPUArray:
-        from . import reductions
-
-        return reductions.all(self, axis, keepdims)
-
-    @on_stream
-    def any(self, axis: Any = None, keepdims: bool = False) -> GPUArray:
-        from . import reductions
-
-        return reductions.any(self, axis, keepdims)
-
-    @on_stream
-    def mean(self, axis: Any = None, dtype: Any = None, keepdims: bool = False) -> GPUArray:
-        from . import reductions
-
-        return reductions.mean(self, axis, dtype, keepdims)
-
-    @on_stream
-    def var(self, axis: Any = None, dtype: Any = None, ddof: int = 0, keepdims: bool = False) -> GPUArray:
-        from . import reductions
-
-        return reductions.var(self, axis, dtype, ddof, keepdims)
-
-    @on_stream
-    def std(self, axis: Any = None, dtype: Any = None, ddof: int = 0, keepdims: bool = False) -> GPUArray:
-        from . import reductions
-
-        return reductions.std(self, axis, dtype, ddof, keepdims)
-
-    @on_stream
-    def argmax(self, axis: int | None = None, keepdims: bool = False) -> GPUArray:
-        from . import reductions
-
-        return reductions.argmax(self, axis, keepdims)
-
-    @on_stream
-    def argmin(self, axis: int | None = None, keepdims: bool = False) -> GPUArray:
-        from . import reductions
-
-        return reductions.argmin(self, axis, keepdims)
-
-    # -- interop (pygpukit.interop) ---------------------------------------------
-    def __dlpack__(
-        self, *, stream: Any = None, max_version: tuple[int, int] | None = None, dl_device: Any = None, copy: bool | None = None
-    ) -> Any:
-        """DLPack export (zero-copy). ``stream``: the consumer's stream, made to wait for ours."""
-        from . import interop
-
-        if dl_device is not None and tuple(dl_device) != interop.dlpack_device(self):
-            raise BufferError(f"__dlpack__: cannot export to device {dl_device}; the array is on {interop.dlpack_device(self)}")
-        return interop.to_dlpack(self, stream, max_version, copy)
-
-    def __dlpack_device__(self) -> tuple[int, int]:
-        from . import interop
-
-        return interop.dlpack_device(self)
-
-    @property
-    def __cuda_array_interface__(self) -> dict[str, Any]:
-        from . import interop
-
-        return interop.cuda_array_interface(self)
+        def conj(self) -> GPUArray: ...
+        def __matmul__(self, other: Any) -> GPUArray: ...
+        def __rmatmul__(self, other: Any) -> GPUArray: ...
+        def sum(self, axis: Any = None, dtype: Any = None, keepdims: bool = False, *, stream: Any = None) -> GPUArray: ...
+        def prod(self, axis: Any = None, dtype: Any = None, keepdims: bool = False, *, stream: Any = None) -> GPUArray: ...
+        def max(self, axis: Any = None, keepdims: bool = False, *, stream: Any = None) -> GPUArray: ...
+        def min(self, axis: Any = None, keepdims: bool = False, *, stream: Any = None) -> GPUArray: ...
+        def all(self, axis: Any = None, keepdims: bool = False, *, stream: Any = None) -> GPUArray: ...
+        def any(self, axis: Any = None, keepdims: bool = False, *, stream: Any = None) -> GPUArray: ...
+        def mean(self, axis: Any = None, dtype: Any = None, keepdims: bool = False, *, stream: Any = None) -> GPUArray: ...
+        def var(self, axis: Any = None, dtype: Any = None, ddof: int = 0, keepdims: bool = False, *, stream: Any = None) -> GPUArray: ...
+        def std(self, axis: Any = None, dtype: Any = None, ddof: int = 0, keepdims: bool = False, *, stream: Any = None) -> GPUArray: ...
+        def argmax(self, axis: int | None = None, keepdims: bool = False, *, stream: Any = None) -> GPUArray: ...
+        def argmin(self, axis: int | None = None, keepdims: bool = False, *, stream: Any = None) -> GPUArray: ...
+        def __dlpack__(
+            self, *, stream: Any = None, max_version: tuple[int, int] | None = None, dl_device: Any = None, copy: bool | None = None
+        ) -> Any: ...
+        def __dlpack_device__(self) -> tuple[int, int]: ...
+        @property
+        def __cuda_array_interface__(self) -> dict[str, Any]: ...
+        def _get_advanced(self, key: Any) -> GPUArray: ...
+        def __setitem__(self, key: Any, value: Any) -> None: ...
 
     # -- views ------------------------------------------------------------------
     def _view(self, shape: tuple[int, ...], strides: tuple[int, ...], offset: int = 0) -> GPUArray:
@@ -400,54 +341,15 @@ class GPUArray:
         """Basic indexing (ints, slices with steps, None, ...) returns a view, as in NumPy;
         integer and boolean arrays (advanced indexing) gather a copy."""
         if _indexing.is_advanced(key):
-            from .selection import get_advanced
-
-            return get_advanced(self, key)
+            return self._get_advanced(key)
         shape, strides, offset = _indexing.basic_index(self._shape, self.strides, key)
         return self._view(shape, strides, offset)
-
-    def __setitem__(self, key: Any, value: Any) -> None:
-        """``a[key] = value``: ``value`` (scalar, array or NumPy array) broadcasts
-        to the indexed shape and is cast to this array's dtype. Advanced keys
-        (a boolean mask, an integer array) as in ``__getitem__``; with a repeated
-        index, which of its values lands is unspecified (NumPy: the last)."""
-        if _indexing.is_advanced(key):
-            from .selection import assign
-
-            assign(self, key, self._value(value))
-            return
-        target = self[key]
-        src = self._value(value)
-        try:
-            np.broadcast_shapes(src._shape, target._shape)
-        except ValueError:
-            raise ValueError(f"could not broadcast input array from shape {src._shape} into shape {target._shape}") from None
-        if len(src._shape) > len(target._shape) or np.broadcast_shapes(src._shape, target._shape) != target._shape:
-            raise ValueError(f"could not broadcast input array from shape {src._shape} into shape {target._shape}")
-        if target._size:
-            if src._block is self._block:  # overlapping memory: copy the source first
-                src = src.copy()
-            _runtime.get().ops.cast(src, target)
 
     def __array_namespace__(self, /, *, api_version: str | None = None) -> Any:
         """The module of array API functions for GPUArrays: ``pygpukit`` (standard 2023.12)."""
         if api_version is not None and api_version not in ("2021.12", "2022.12", "2023.12"):
             raise ValueError(f"pygpukit implements the array API standard 2023.12, not {api_version!r}")
-        import pygpukit
-
-        return pygpukit
-
-    def _value(self, value: Any) -> GPUArray:
-        """A value to store into this array, as a GPUArray (scalars: 0-d, of this dtype)."""
-        if isinstance(value, GPUArray):
-            return value
-        if isinstance(value, (bool, int, float, complex, np.generic)):
-            src = GPUArray._empty((), self._dtype)
-            _runtime.get().ops.fill(src, value)
-            return src
-        from .creation import asarray
-
-        return asarray(np.asarray(value))
+        return sys.modules[__package__]  # the package: imported before any of its modules
 
     @property
     def real(self) -> GPUArray:
@@ -460,17 +362,12 @@ class GPUArray:
     def imag(self) -> GPUArray:
         """The imaginary part: for complex arrays a strided view (writable), else new zeros."""
         if self._dtype.kind != "c":
-            from .creation import zeros
-
-            return zeros(self._shape, self._dtype)
+            stream = current_stream_handle()
+            out = GPUArray._empty(self._shape, self._dtype, stream)
+            _runtime.get().ops.fill(out, 0, stream)
+            return out
         part = _dtypes.complex_part(self._dtype)
         return GPUArray._new(self._shape, part, self._block, self._ptr + part.itemsize, self.strides)
-
-    def conj(self) -> GPUArray:
-        """The complex conjugate (a copy)."""
-        from .ufuncs import conjugate
-
-        return conjugate(self)
 
     @property
     def T(self) -> GPUArray:
@@ -589,20 +486,6 @@ def broadcast_to(a: GPUArray, shape: Any) -> GPUArray:
     pad = len(shape) - a.ndim
     strides = [0] * pad + [0 if d == 1 and shape[pad + i] != 1 else s for i, (d, s) in enumerate(zip(a.shape, a.strides))]
     return a._view(shape, tuple(strides))
-
-
-def new_contiguous(shape: tuple[int, ...], dtype: np.dtype, size: int, block: Any) -> GPUArray:
-    """Wrap a pool block as a C-contiguous array: the hot path of every op, hence
-    a plain function with direct slot writes."""
-    self = object.__new__(GPUArray)
-    self._shape = shape
-    self._dtype = dtype
-    self._size = size
-    self._strides = None
-    self._contig = True
-    self._block = block
-    self._ptr = block.ptr
-    return self
 
 
 class EvictableArray(GPUArray):

@@ -10,6 +10,7 @@ from typing import Any
 
 from . import _dtypes, ufuncs
 from .array import GPUArray
+from .reductions import sum as _sum
 from .shape import concatenate
 from .streams import on_stream
 
@@ -81,8 +82,6 @@ def matrix_transpose(x: GPUArray, /) -> GPUArray:
 @on_stream
 def vecdot(x1: GPUArray, x2: GPUArray, /, *, axis: int = -1) -> GPUArray:
     """Dot products of the vectors along ``axis`` (the other axes broadcast)."""
-    from .reductions import sum as _sum
-
     if not (isinstance(x1, GPUArray) and isinstance(x2, GPUArray)):
         raise TypeError("vecdot expects two GPUArrays")
     if x1.shape[axis] != x2.shape[axis]:

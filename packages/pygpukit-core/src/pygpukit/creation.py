@@ -8,17 +8,16 @@ from typing import Any
 
 import numpy as np
 
-from . import _dtypes, _runtime, transfer
+from . import _context, _dtypes, _runtime, transfer
 from .array import GPUArray, normalize_shape
-from .streams import _local, on_stream
+from .scheduler import evictable_empty
+from .streams import current_stream_handle, on_stream
 
 
 @on_stream
 def empty(shape: Any, dtype: Any = _dtypes.float64, evictable: bool = False) -> GPUArray:
     """An uninitialized array (its contents are whatever the pool block held)."""
     if evictable:
-        from .scheduler import evictable_empty
-
         return evictable_empty(normalize_shape(shape), _dtypes.as_dtype(dtype))
     return GPUArray._empty(normalize_shape(shape), _dtypes.as_dtype(dtype))
 
@@ -33,7 +32,7 @@ def full(shape: Any, fill_value: Any, dtype: Any = None, evictable: bool = False
     if not isinstance(fill_value, (bool, int, float, complex, np.generic)):
         raise TypeError(f"fill_value must be a number, got {type(fill_value).__name__}")
     out = empty(shape, dtype, evictable)
-    _runtime.get().ops.fill(out, fill_value)
+    _runtime.get().ops.fill(out, fill_value, current_stream_handle())
     return out
 
 
@@ -65,7 +64,7 @@ def arange(start: Any, stop: Any = None, step: Any = 1, dtype: Any = None) -> GP
     n = max(0, math.ceil((stop - start) / step))
     dt = _dtypes.as_dtype(dtype) if dtype is not None else (_dtypes.float64 if is_float else _dtypes.int64)
     out = empty((n,), dt)
-    _runtime.get().ops.arange(out, start, step)
+    _runtime.get().ops.arange(out, start, step, current_stream_handle())
     return out
 
 
@@ -89,14 +88,17 @@ def from_numpy(array: np.ndarray, evictable: bool = False) -> GPUArray:
             f"{array.strides}; use np.ascontiguousarray(a) or gp.asarray(a)"
         )
     rt = _runtime.get()
+    graph = _context.local.capture
     if evictable:
         out = empty(tuple(array.shape), dt, True)
-    elif array.nbytes >= transfer.ENGINE_THRESHOLD and rt.backend == "cuda" and _local.capture is None:
+    elif array.nbytes >= transfer.ENGINE_THRESHOLD and rt.backend == "cuda" and graph is None:
         return transfer.to_device(array)[0]
     else:
         out = GPUArray._empty(tuple(array.shape), dt)
     if out.size:
-        rt.ops.from_host(out, array)
+        if graph is not None:  # replays read the copy's source again: give it one that lives as long as the graph
+            array = graph._pin(array)
+        rt.ops.from_host(out, array, current_stream_handle())
     return out
 
 
@@ -192,29 +194,3 @@ def eye(n: int, m: int | None = None, k: int = 0, dtype: Any = _dtypes.float64) 
 @on_stream
 def identity(n: int, dtype: Any = _dtypes.float64) -> GPUArray:
     return eye(n, dtype=dtype)
-
-
-def _triangle(a: GPUArray, k: int, lower: bool, name: str) -> GPUArray:
-    from .ufuncs import greater_equal, less_equal, subtract, where
-
-    if not isinstance(a, GPUArray):
-        raise TypeError(f"{name} expects a GPUArray, got {type(a).__name__}")
-    if a.ndim < 2:
-        raise ValueError(f"{name} needs an array of at least 2 dimensions, got shape {a.shape}")
-    k = operator.index(k)
-    rows, cols = a.shape[-2:]
-    offset = subtract(arange(cols, dtype=_dtypes.int64), arange(rows, dtype=_dtypes.int64).reshape((rows, 1)))  # j - i
-    keep = less_equal(offset, k) if lower else greater_equal(offset, k)
-    return where(keep, a, zeros((), a.dtype))
-
-
-@on_stream
-def tril(a: GPUArray, k: int = 0) -> GPUArray:
-    """A copy of ``a`` with the elements above diagonal ``k`` of its last two axes zeroed."""
-    return _triangle(a, k, True, "tril")
-
-
-@on_stream
-def triu(a: GPUArray, k: int = 0) -> GPUArray:
-    """A copy of ``a`` with the elements below diagonal ``k`` of its last two axes zeroed."""
-    return _triangle(a, k, False, "triu")

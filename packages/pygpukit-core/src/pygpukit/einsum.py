@@ -30,6 +30,9 @@ import numpy as np
 
 from . import _dtypes
 from .array import GPUArray
+from .creation import from_numpy
+from .linalg import matmul
+from .reductions import sum as gsum
 from .streams import on_stream
 
 Label = str | int  # a letter, or the position of a broadcast dimension under "..."
@@ -69,8 +72,6 @@ def einsum(subscripts: Any, *operands: Any, optimize: Any = False) -> GPUArray:
 
 def _host_operand(obj: Any) -> GPUArray:
     """A NumPy array, scalar or nested sequence copied over (0-d stays 0-d)."""
-    from .creation import from_numpy
-
     host = np.array(obj, order="C")
     if host.dtype == object:
         raise TypeError(f"einsum: cannot convert {type(obj).__name__} to a GPUArray")
@@ -219,8 +220,6 @@ def _sum_out(x: GPUArray, labels: list[Label], keep: set[Label], dt: Any) -> tup
     axes = tuple(i for i, lb in enumerate(labels) if lb not in keep)
     if not axes:
         return x, labels
-    from .reductions import sum as gsum
-
     return gsum(x, axis=axes, dtype=dt), [lb for lb in labels if lb in keep]
 
 
@@ -241,10 +240,7 @@ def _contract(a: GPUArray, la: list[Label], b: GPUArray, lb: list[Label], keep: 
     if not af and not bf:  # dot products: multiply, then sum the shared labels
         x = a.transpose([la.index(lab) for lab in batch + inner])
         y = b.transpose([lb.index(lab) for lab in batch + inner])
-        from .reductions import sum as gsum
-
         return gsum(x * y, axis=tuple(range(len(batch), len(batch) + len(inner))), dtype=dt), batch
-    from .linalg import matmul
 
     def dims(x: GPUArray, labels: list[Label], group: list[Label]) -> list[int]:
         return [x.shape[labels.index(lab)] for lab in group]

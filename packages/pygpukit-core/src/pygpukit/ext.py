@@ -93,7 +93,7 @@ def kernel_source(module: str, name: str) -> str:
     lines find core's device headers (types, math, mma, sm90, pdl)."""
     mod = sys.modules.get(module) or importlib.import_module(module)
     package = module if hasattr(mod, "__path__") else (mod.__package__ or module.rpartition(".")[0])
-    path = resources.files(package).joinpath("kernels", f"{name}.cu")
+    path = resources.files(package) / "kernels" / f"{name}.cu"
     try:
         return path.read_text()
     except FileNotFoundError:
@@ -142,7 +142,7 @@ def compute_dtype(dtype: Any) -> np.dtype:
     dt = _dtypes.as_dtype(dtype)
     if not _dtypes.is_float(dt):
         raise TypeError(f"compute_dtype: {dt} is not a real floating dtype")
-    return _dtypes.accumulator(dt)
+    return _dtypes.compute_dtype(dt)
 
 
 # -- the device ---------------------------------------------------------------------

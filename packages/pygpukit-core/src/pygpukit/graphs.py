@@ -38,17 +38,16 @@ from typing import Any
 
 import numpy as np
 
-from . import _runtime
+from . import _context, _runtime
 from ._errors import CudaError, GraphCaptureError
-from .array import GPUArray
-from .streams import Event, Stream, _local, current_stream_handle
+from .streams import Event, Stream, current_stream_handle
 
 _RELAXED = 2  # CU_STREAM_CAPTURE_MODE_RELAXED: the pool may grow and kernels compile during capture
 
 
 def capturing() -> bool:
     """Whether this thread is inside a ``with gp.graph():`` block."""
-    return _local.capture is not None
+    return _context.local.capture is not None
 
 
 class _PoolRouter:
@@ -100,11 +99,14 @@ def _destroy(item: tuple[Any, int, int, Any, list[int]]) -> None:
 
 
 class _Recorder:
-    """The CPU backend's capture: runs every backend call and logs it for replay."""
+    """The CPU backend's capture: runs every backend call and logs it for replay.
+    Every backend op writes into arrays its caller allocated and returns None,
+    so a replay writes into the same arrays; a call that returns something (a
+    kernel lookup) is no work and is not logged."""
 
     def __init__(self, ops: Any) -> None:
         self._ops = ops
-        self.log: list[tuple[Any, tuple[Any, ...], dict[str, Any], Any]] = []
+        self.log: list[tuple[Any, tuple[Any, ...], dict[str, Any]]] = []
 
     def __getattr__(self, name: str) -> Any:
         attr = getattr(self._ops, name)
@@ -113,18 +115,11 @@ class _Recorder:
 
         def call(*args: Any, **kwargs: Any) -> Any:
             result = attr(*args, **kwargs)
-            self.log.append((attr, args, kwargs, result))
+            if result is None:
+                self.log.append((attr, args, kwargs))
             return result
 
         return call
-
-
-def _copy_into(dst: Any, src: Any) -> None:
-    if isinstance(dst, GPUArray):
-        _runtime.get().ops.cast(src, dst)
-    elif isinstance(dst, (tuple, list)):
-        for d, s in zip(dst, src, strict=True):
-            _copy_into(d, s)
 
 
 class Graph:
@@ -133,7 +128,7 @@ class Graph:
     def __init__(self) -> None:
         self._rt = _runtime.get()
         self._graph = self._exec = 0
-        self._log: list[tuple[Any, tuple[Any, ...], dict[str, Any], Any]] | None = None
+        self._log: list[tuple[Any, tuple[Any, ...], dict[str, Any]]] | None = None
         self._pool: Any = None
         self._stream: Stream | None = None
         self._saved: tuple[Any, Any] | None = None  # the CPU backend's pool and ops during a capture
@@ -143,11 +138,13 @@ class Graph:
         self._pin_at = self._pin_end = 0  # the free part of the last chunk
 
     def _pin(self, src: np.ndarray) -> np.ndarray:
-        """``src``'s bytes in pinned host memory that lives as long as the graph.
-        A host-to-device copy captured from pageable memory would read that
-        address again on every replay, long after the array is gone; the
-        CUDA backend copies from this instead, so the capture-time values are
-        the graph's constants (as the module doc says)."""
+        """``src``'s bytes in host memory that lives as long as the graph (pinned on
+        CUDA). A host-to-device copy captured from pageable memory would read
+        that address again on every replay, long after the array is gone; the
+        copy reads this instead, so the capture-time values are the graph's
+        constants (as the module doc says)."""
+        if self._rt.backend != "cuda":  # the CPU replay log keeps it alive
+            return src.copy()
         n = max(src.nbytes, 1)
         at = (self._pin_at + 15) & ~15
         if at + n > self._pin_end:
@@ -162,7 +159,7 @@ class Graph:
 
     # -- capture ---------------------------------------------------------------
     def __enter__(self) -> Graph:
-        if _local.capture is not None:
+        if _context.local.capture is not None:
             raise GraphCaptureError("graph captures cannot be nested")
         if self._ready or self._entered:
             raise GraphCaptureError("this graph has already been captured; make a new one")
@@ -181,13 +178,15 @@ class Graph:
             else:
                 if isinstance(rt.ops, _Recorder):
                     raise GraphCaptureError("another thread is capturing a graph; on the CPU backend captures run one at a time")
-                self._pool = type(rt.pool)(_host_table(), rt.pool.limit)
+                from . import _rt  # the native modules load on first use, not with `import pygpukit`
+
+                self._pool = type(rt.pool)(_rt.host_table(), rt.pool.limit)
                 self._saved = (rt.pool, rt.ops)
                 rt.pool = _PoolRouter(rt.pool)
                 rt.pool._private[self._stream.handle] = self._pool
                 rt.ops = _Recorder(rt.ops)
         self._stream.__enter__()
-        _local.capture = self
+        _context.local.capture = self
         if rt.backend == "cuda":
             try:
                 rt.native.stream_begin_capture(self._stream.handle, _RELAXED)
@@ -221,7 +220,7 @@ class Graph:
         self._ready = True
 
     def _restore(self) -> None:
-        _local.capture = None
+        _context.local.capture = None
         self._stream.__exit__()  # type: ignore[union-attr]
         rt = self._rt
         with _routing:
@@ -245,8 +244,8 @@ class Graph:
         if self._rt.backend == "cuda":
             self._rt.native.graph_launch(self._exec, stream.handle if stream is not None else current_stream_handle())
             return
-        for fn, args, kwargs, result in self._log or ():
-            _copy_into(result, fn(*args, **kwargs))
+        for fn, args, kwargs in self._log or ():
+            fn(*args, **kwargs)
 
     @property
     def num_nodes(self) -> int:
@@ -278,12 +277,6 @@ class Graph:
     def __repr__(self) -> str:
         state = f"{self.num_nodes} nodes" if self._ready else "not captured"
         return f"<pygpukit.Graph {state}>"
-
-
-def _host_table() -> Any:
-    from . import _rt
-
-    return _rt.host_table()
 
 
 def graph() -> Graph:

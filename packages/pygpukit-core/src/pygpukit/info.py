@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from . import __version__, _runtime
+from . import _runtime
 from ._units import format_bytes
+from ._version import __version__
 from .jit import cache, nvrtc
 
 

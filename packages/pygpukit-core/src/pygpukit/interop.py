@@ -7,6 +7,8 @@ GPUArray whose memory owner calls the foreign deleter when the last view goes.
 Streams: ``__dlpack__(stream=s)`` makes stream ``s`` wait (an event, no host
 sync) for the work queued on pygpukit's current stream; ``from_dlpack`` passes
 pygpukit's current stream to the producer, which does the same for its work.
+This module installs GPUArray's ``__dlpack__``, ``__dlpack_device__`` and
+``__cuda_array_interface__``.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import numpy as np
 
 from . import _dtypes, _runtime
 from .array import GPUArray
+from .streams import current_stream_handle
 
 KDL_CPU, KDL_CUDA, KDL_CUDA_HOST = 1, 2, 3
 _CODES = {"i": 0, "u": 1, "f": 2, "c": 5, "b": 6}
@@ -140,8 +143,6 @@ def _sync_consumer(stream: Any) -> None:
         raise ValueError(f"__dlpack__: stream must be None, -1 or a CUDA stream handle (1 = legacy default), got {stream!r}")
     if stream == -1:  # the consumer asks for no synchronization
         return
-    from .streams import current_stream_handle
-
     ours = current_stream_handle()
     if stream == ours:
         return
@@ -200,8 +201,6 @@ def from_dlpack(obj: Any, copy: bool | None = None) -> GPUArray:
     if dev_type != want or (want == KDL_CUDA and dev_id != rt.device):
         where = "cuda:%d" % rt.device if want == KDL_CUDA else "the CPU"
         raise ValueError(f"from_dlpack: the tensor is on DLPack device ({dev_type}, {dev_id}); pygpukit works on {where}")
-    from .streams import current_stream_handle
-
     kwargs: dict[str, Any] = {"max_version": DLPACK_VERSION}
     if want == KDL_CUDA:
         kwargs["stream"] = current_stream_handle()
@@ -241,8 +240,6 @@ def cuda_array_interface(a: GPUArray) -> dict[str, Any]:
         raise AttributeError("__cuda_array_interface__ exists only on the CUDA backend; use DLPack (np.from_dlpack) on the CPU")
     if a.dtype in _ML_CODES:
         raise TypeError(f"__cuda_array_interface__ has no type string for {a.dtype}; use DLPack (__dlpack__) instead")
-    from .streams import current_stream_handle
-
     return {
         "shape": a.shape,
         "typestr": a.dtype.str,
@@ -251,3 +248,17 @@ def cuda_array_interface(a: GPUArray) -> dict[str, Any]:
         "version": 3,
         "stream": current_stream_handle(),
     }
+
+
+def _dlpack(
+    self: GPUArray, *, stream: Any = None, max_version: tuple[int, int] | None = None, dl_device: Any = None, copy: bool | None = None
+) -> Any:
+    """DLPack export (zero-copy). ``stream``: the consumer's stream, made to wait for ours."""
+    if dl_device is not None and tuple(dl_device) != dlpack_device(self):
+        raise BufferError(f"__dlpack__: cannot export to device {dl_device}; the array is on {dlpack_device(self)}")
+    return to_dlpack(self, stream, max_version, copy)
+
+
+GPUArray.__dlpack__ = _dlpack  # type: ignore[method-assign]
+GPUArray.__dlpack_device__ = dlpack_device  # type: ignore[method-assign, assignment]
+GPUArray.__cuda_array_interface__ = property(cuda_array_interface)  # type: ignore[assignment]

@@ -1,5 +1,5 @@
-"""Linear algebra entry points: matmul (``@``), linear, dot, vdot, outer, and the
-float32 matmul precision setting.
+"""Linear algebra entry points: matmul (``@``), linear, dot, vdot, outer, tril,
+triu, and the float32 matmul precision setting.
 
 ``matmul`` and ``linear`` are registry ops: the core implementation here is a correct
 reference (exact FP32: no TF32, no tensor cores) for every dtype, and plugins
@@ -9,6 +9,7 @@ reference (exact FP32: no TF32, no tensor cores) for every dtype, and plugins
 from __future__ import annotations
 
 import math
+import operator
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -17,8 +18,10 @@ import numpy as np
 
 from . import _dtypes, _runtime
 from .array import GPUArray, broadcast_to, from_parts
+from .creation import arange, asarray, zeros
 from .registry import builtin
-from .streams import on_stream
+from .streams import current_stream_handle, on_stream
+from .ufuncs import greater_equal, less_equal, subtract, where
 
 
 @dataclass(frozen=True)
@@ -71,8 +74,10 @@ def _matmul(a: GPUArray, b: GPUArray) -> GPUArray:
         return _complex_matmul(a.astype(s.out_dtype, copy=False), b.astype(s.out_dtype, copy=False))
     A = s.a if s.a.is_contiguous else s.a.copy()
     B = s.b if s.b.is_contiguous else s.b.copy()
-    out = _runtime.get().ops.matmul(A, B, s.out_dtype, _dtypes.accumulator(s.out_dtype), math.prod(s.batch), s.m, s.n, s.k)
-    return s.finish(out.reshape((*s.batch, s.m, s.n)))
+    stream = current_stream_handle()
+    out = GPUArray._empty((*s.batch, s.m, s.n), s.out_dtype, stream)
+    _runtime.get().ops.matmul(A, B, _dtypes.accumulator(s.out_dtype), math.prod(s.batch), s.m, s.n, s.k, out, stream)
+    return s.finish(out)
 
 
 matmul = builtin("matmul", _matmul, nkey=2)
@@ -162,8 +167,6 @@ def _operand(other: Any) -> GPUArray | None:
     if isinstance(other, GPUArray):
         return other
     if isinstance(other, np.ndarray):
-        from .creation import asarray
-
         return asarray(other)
     return None
 
@@ -176,3 +179,31 @@ def _matmul_operator(self: GPUArray, other: Any) -> GPUArray:
 def _rmatmul_operator(self: GPUArray, other: Any) -> GPUArray:
     o = _operand(other)
     return NotImplemented if o is None else matmul(o, self)
+
+
+GPUArray.__matmul__ = _matmul_operator  # type: ignore[method-assign]
+GPUArray.__rmatmul__ = _rmatmul_operator  # type: ignore[method-assign]
+
+
+def _triangle(a: GPUArray, k: int, lower: bool, name: str) -> GPUArray:
+    if not isinstance(a, GPUArray):
+        raise TypeError(f"{name} expects a GPUArray, got {type(a).__name__}")
+    if a.ndim < 2:
+        raise ValueError(f"{name} needs an array of at least 2 dimensions, got shape {a.shape}")
+    k = operator.index(k)
+    rows, cols = a.shape[-2:]
+    offset = subtract(arange(cols, dtype=_dtypes.int64), arange(rows, dtype=_dtypes.int64).reshape((rows, 1)))  # j - i
+    keep = less_equal(offset, k) if lower else greater_equal(offset, k)
+    return where(keep, a, zeros((), a.dtype))
+
+
+@on_stream
+def tril(a: GPUArray, k: int = 0) -> GPUArray:
+    """A copy of ``a`` with the elements above diagonal ``k`` of its last two axes zeroed."""
+    return _triangle(a, k, True, "tril")
+
+
+@on_stream
+def triu(a: GPUArray, k: int = 0) -> GPUArray:
+    """A copy of ``a`` with the elements below diagonal ``k`` of its last two axes zeroed."""
+    return _triangle(a, k, False, "triu")

@@ -21,7 +21,9 @@ import numpy as np
 
 from . import _dtypes, _indexing, _runtime
 from .array import GPUArray, _normalize_axis
-from .streams import on_stream
+from .creation import full
+from .streams import current_stream_handle, on_stream
+from .ufuncs import not_equal, sqrt
 
 _NAMES = {"sum": "add", "prod": "multiply", "max": "maximum", "min": "minimum"}
 
@@ -36,23 +38,15 @@ def _axes(axis: Any, ndim: int) -> tuple[int, ...]:
     return tuple(out)
 
 
-def compare_dtype(dt: np.dtype) -> np.dtype:
-    """The dtype max/min/argmax compare in: float32 for the 8/16-bit floats, int32
-    for bool and 8/16-bit integers (warp shuffles move 32 or 64 bits), else dt."""
-    if dt.itemsize >= 4:
-        return dt
-    return _dtypes.float32 if _dtypes.is_float(dt) else _dtypes.int32
-
-
 def _plan(op: str, dt: np.dtype, dtype: Any) -> tuple[np.dtype, np.dtype, Any]:
     """(result dtype, accumulator dtype, identity) of reduction ``op`` over ``dt``."""
     if op in ("sum", "prod"):
-        out = _linear_dtype(op, dt, dtype)
-        return out, _dtypes.accumulator(out), 0 if op == "sum" else 1
+        out, acc = _dtypes.reduction_dtypes(op, dt, _linear_dtype(op, dt, dtype))
+        return out, acc, 0 if op == "sum" else 1
+    out, acc = _dtypes.reduction_dtypes(op, dt)
     if op in ("all", "any"):
-        return _dtypes.bool_, _dtypes.int32, 1 if op == "all" else 0
-    # max / min: the input dtype, compared in its compute dtype
-    acc = compare_dtype(dt)
+        return out, acc, 1 if op == "all" else 0
+    # max / min: the input dtype, compared in its compare dtype
     if _dtypes.is_float(acc):
         init: Any = -math.inf if op == "max" else math.inf
     elif dt == _dtypes.bool_:
@@ -60,7 +54,7 @@ def _plan(op: str, dt: np.dtype, dtype: Any) -> tuple[np.dtype, np.dtype, Any]:
     else:
         info = np.iinfo(dt)
         init = int(info.min) if op == "max" else int(info.max)
-    return dt, acc, init
+    return out, acc, init
 
 
 def _layout(x: GPUArray, axes: tuple[int, ...]) -> tuple[str, GPUArray, tuple[int, ...]]:
@@ -93,16 +87,15 @@ def _reduce(op: str, x: Any, axis: Any, keepdims: bool, dtype: Any = None) -> GP
     count = math.prod(x.shape[i] for i in axes)
     if count == 0 and op in ("max", "min"):
         raise ValueError(f"zero-size array to reduction operation {_NAMES[op]} which has no identity")
-    rt = _runtime.get()
     if math.prod(kept_shape) == 0:
         out = GPUArray._empty(kept_shape, out_dt)
     elif count == 0:  # empty reduction: the identity everywhere
-        from .creation import full
-
         out = full(kept_shape, init, out_dt)
     else:
         kind, src, dims = _layout(x, axes)
-        out = rt.ops.reduce(op, kind, src, dims, out_dt, acc_dt, init).reshape(kept_shape)
+        stream = current_stream_handle()
+        out = GPUArray._empty(kept_shape, out_dt, stream)
+        _runtime.get().ops.reduce(op, kind, src, dims, acc_dt, init, out, stream)
     if keepdims:
         out = out.reshape(tuple(1 if i in axes else d for i, d in enumerate(x.shape)))
     return out
@@ -112,8 +105,6 @@ def _reduce_complex(op: str, x: GPUArray, axis: Any, keepdims: bool) -> GPUArray
     """all/any of a complex array on ``x != 0``; complex numbers have no order."""
     if op in ("max", "min"):
         raise TypeError(f"{_NAMES[op]} is not supported for complex input (complex numbers have no order)")
-    from .ufuncs import not_equal
-
     return _reduce(op, not_equal(x, 0), axis, keepdims)
 
 
@@ -205,8 +196,6 @@ def std(x: GPUArray, axis: Any = None, dtype: Any = None, ddof: int = 0, keepdim
     root is taken in the accumulator dtype and the result rounded once."""
     if not isinstance(x, GPUArray):
         raise TypeError(f"std() expects a GPUArray, got {type(x).__name__}")
-    from .ufuncs import sqrt
-
     if _dtypes.is_complex(x.dtype):
         return sqrt(var(x, axis, dtype, ddof, keepdims))
     out_dt = _mean_dtype(x.dtype, dtype)
@@ -226,7 +215,9 @@ def _scan(op: str, x: Any, axis: int | None, dtype: Any) -> GPUArray:
     src = src if src.is_contiguous else src.copy()
     moved_shape = src.shape
     m = math.prod(moved_shape[:-1])
-    out = _runtime.get().ops.scan(op, src, (m, x.shape[ax]), out_dt, _dtypes.accumulator(out_dt)).reshape(moved_shape)
+    stream = current_stream_handle()
+    out = GPUArray._empty(moved_shape, out_dt, stream)
+    _runtime.get().ops.scan(op, src, (m, x.shape[ax]), _dtypes.accumulator(out_dt), out, stream)
     return out.transpose(_indexing.inverse_permutation([*kept, ax])).copy() if ax != x.ndim - 1 else out
 
 
@@ -251,16 +242,19 @@ def _arg(is_max: bool, x: Any, axis: Any, keepdims: bool) -> GPUArray:
         raise TypeError(f"{name} is not supported for complex input (complex numbers have no order)")
     if x.size == 0:
         raise ValueError(f"attempt to get {name} of an empty sequence")
+    stream = current_stream_handle()
     if axis is None:
         flat = x.reshape(-1)
-        out = _runtime.get().ops.arg_reduce(is_max, flat if flat.is_contiguous else flat.copy(), (1, x.size)).reshape(())
-        return out.reshape((1,) * x.ndim) if keepdims else out
+        out = GPUArray._empty((1,) * x.ndim if keepdims else (), _dtypes.int64, stream)
+        _runtime.get().ops.arg_reduce(is_max, flat if flat.is_contiguous else flat.copy(), (1, x.size), out, stream)
+        return out
     ax = _normalize_axis(axis, x.ndim)
     kept = [i for i in range(x.ndim) if i != ax]
     src = x.transpose([*kept, ax])
     src = src if src.is_contiguous else src.copy()
     kept_shape = tuple(x.shape[i] for i in kept)
-    out = _runtime.get().ops.arg_reduce(is_max, src, (math.prod(kept_shape), x.shape[ax])).reshape(kept_shape)
+    out = GPUArray._empty(kept_shape, _dtypes.int64, stream)
+    _runtime.get().ops.arg_reduce(is_max, src, (math.prod(kept_shape), x.shape[ax]), out, stream)
     if keepdims:
         out = out.reshape(tuple(1 if i == ax else d for i, d in enumerate(x.shape)))
     return out
@@ -275,3 +269,13 @@ def argmax(x: GPUArray, axis: int | None = None, keepdims: bool = False) -> GPUA
 @on_stream
 def argmin(x: GPUArray, axis: int | None = None, keepdims: bool = False) -> GPUArray:
     return _arg(False, x, axis, keepdims)
+
+
+def _install_methods() -> None:
+    """The reductions as GPUArray methods (``a.sum(axis=0)``...): the functions
+    above take the array first, so they are the methods as they stand."""
+    for fn in (sum, prod, max, min, all, any, mean, var, std, argmax, argmin):
+        setattr(GPUArray, fn.__name__, fn)
+
+
+_install_methods()

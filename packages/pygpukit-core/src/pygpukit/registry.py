@@ -143,6 +143,9 @@ def _on_stream(op: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: d
 class OpRegistry:
     def __init__(self, load_plugins: bool = True) -> None:
         self._load_plugins = load_plugins  # False: a registry of its own, for tests
+        # set by pygpukit.plugins.manager when it is imported (pygpukit's __init__ does):
+        # loads the entry points and calls their hooks
+        self.plugin_loader: Callable[[OpRegistry], None] | None = None
         self._ops: dict[str, _Op] = {}
         self._routes: dict[str, str] = {}
         self._lock = threading.RLock()
@@ -293,10 +296,8 @@ class OpRegistry:
             if self._loaded:
                 return
             self._loaded = True
-            if self._load_plugins:
-                from .plugins import manager
-
-                manager.load_all(self)
+            if self._load_plugins and self.plugin_loader is not None:
+                self.plugin_loader(self)
             self._apply_env_routes()
 
     # -- dispatch --------------------------------------------------------------

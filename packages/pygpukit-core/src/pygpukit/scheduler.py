@@ -12,6 +12,11 @@ this module is the Python face of it.
   work inside runs on that stream, every allocation is charged to the task,
   and every launch passes the pacing gate.
 - ``snapshot()``: partitions, tasks, queue, memory and pacing counters.
+- A process that runs tasks publishes its snapshot once a second (a daemon
+  thread started by the first task; ``PYGPUKIT_PUBLISH=0`` turns it off) as
+  ``<run dir>/<pid>.json``, written to a temporary file and renamed so a
+  reader never sees half a file; ``pygpukit top`` (pygpukit.top) reads them.
+  The run directory is ``PYGPUKIT_RUN_DIR``, default ``<tmp>/pygpukit-<uid>``.
 
 See docs/scheduler.md for the semantics of each tier.
 """
@@ -25,16 +30,25 @@ import functools
 import inspect
 import json
 import math
+import os
+import sys
+import tempfile
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
-from typing import Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import numpy as np
 
-from . import _dtypes, _runtime
+from . import _context, _dtypes, _runtime
+from ._errors import SchedulerError
 from ._units import parse_bytes
+from .array import EvictableArray
 from .streams import Stream, cpu_stream_handle, current_stream_handle
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 __all__ = [
     "Partition",
@@ -45,6 +59,8 @@ __all__ = [
     "evictable_empty",
     "pacing",
     "partition",
+    "publish_once",
+    "run_dir",
     "set_capacity",
     "set_pacing",
     "sm_budget",
@@ -54,7 +70,6 @@ __all__ = [
 
 QOS = ("guaranteed", "burstable", "best_effort")
 _F = TypeVar("_F", bound=Callable[..., Any])
-_current: contextvars.ContextVar[Task | None] = contextvars.ContextVar("pygpukit_task", default=None)
 
 
 def _sched() -> Any:
@@ -132,23 +147,23 @@ def pacing() -> dict[str, int]:
 
 def current_task() -> Task | None:
     """The task this thread or coroutine runs in, if any."""
-    return _current.get()
+    return _context.task.get()
 
 
 @contextlib.contextmanager
 def outside_tasks() -> Iterator[None]:
     """Run the block as if outside any task: streams made in it are not
     adopted by the current task (a task's own stream, the copy streams)."""
-    outer = _current.set(None)
+    outer = _context.task.set(None)
     try:
         yield
     finally:
-        _current.reset(outer)
+        _context.task.reset(outer)
 
 
 def transfer_priority() -> str:
     """The transfer engine's priority for the current task's tier."""
-    t = _current.get()
+    t = _context.task.get()
     return "normal" if t is None else {"guaranteed": "high", "best_effort": "low"}.get(t.qos, "normal")
 
 
@@ -157,7 +172,7 @@ def sm_budget() -> int | None:
     a best-effort task in a partition of compute share c < 1 gets c of the
     device's SMs (libraries that can target an SM count, such as cuBLASLt,
     leave the rest to the other partitions); None means all of them."""
-    t = _current.get()
+    t = _context.task.get()
     return None if t is None else t.sm_budget
 
 
@@ -229,8 +244,6 @@ class Task:
             self.stream = _take_stream(s.stream_priority(self.qos, least, greatest))
             s.add_stream(self.id, self.stream.handle)
             self.sm_budget = _budget(self.qos, self.partition)
-            from .top import start_publisher
-
             start_publisher()
         s.set_state(self.id, "running")
         return self
@@ -251,7 +264,7 @@ class Task:
 
     def _end(self, state: str, error: str | None = None) -> None:
         if self.id is None:
-            raise _errors().SchedulerError(f"task {self.name!r} was never submitted")
+            raise SchedulerError(f"task {self.name!r} was never submitted")
         s = _sched()
         if self.stream is not None:
             self.counters = s.remove_stream(self.stream.handle)
@@ -283,7 +296,7 @@ class Task:
         for t in snapshot().tasks:
             if t.id == self.id:
                 return t
-        raise _errors().SchedulerError(f"task {self.name!r} (id {self.id}) is no longer tracked")
+        raise SchedulerError(f"task {self.name!r} (id {self.id}) is no longer tracked")
 
     # -- context manager, async context manager, decorator ---------------------
     def __enter__(self) -> Task:
@@ -292,13 +305,13 @@ class Task:
 
     def _enter(self) -> Task:
         if self._token is not None:
-            raise _errors().SchedulerError(f"task {self.name!r} is entered already; a task runs once")
+            raise SchedulerError(f"task {self.name!r} is entered already; a task runs once")
         try:
             self.start()
         except BaseException:
             self.fail("could not start")
             raise
-        self._token = _current.set(self)
+        self._token = _context.task.set(self)
         assert self.stream is not None
         self.stream.__enter__()
         return self
@@ -306,7 +319,7 @@ class Task:
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         assert self.stream is not None and self._token is not None
         self.stream.__exit__(exc_type, exc, tb)
-        _current.reset(self._token)
+        _context.task.reset(self._token)
         if exc_type is None:
             self.complete()
         elif issubclass(exc_type, (KeyboardInterrupt, asyncio.CancelledError)):
@@ -382,19 +395,11 @@ def _give_back(stream: Stream) -> None:
 task = Task
 
 
-def _errors() -> Any:
-    from . import _errors
-
-    return _errors
-
-
 # -- evictable arrays ------------------------------------------------------------
 
 
 def evictable_empty(shape: tuple[int, ...], dtype: np.dtype) -> Any:
     """A C-contiguous EvictableArray of the current task (see ``gp.empty(..., evictable=True)``)."""
-    from .array import EvictableArray
-
     nbytes = math.prod(shape) * dtype.itemsize
     buf = _sched().alloc_buffer(nbytes, current_stream_handle())
     return EvictableArray._wrap(shape, _dtypes.as_dtype(dtype), buf)
@@ -469,3 +474,58 @@ def snapshot() -> Snapshot:
         pacing=dict(s.pacing),
         pool=dict(_runtime.get().pool.stats()),
     )
+
+
+# -- publishing (read by ``pygpukit top``) ------------------------------------------
+
+_publisher: threading.Thread | None = None
+_publish_lock = threading.Lock()
+
+
+def run_dir() -> Path:
+    from pathlib import Path  # here: pathlib would cost `import pygpukit` several ms
+
+    d = os.environ.get("PYGPUKIT_RUN_DIR")
+    return Path(d) if d else Path(tempfile.gettempdir()) / f"pygpukit-{os.getuid()}"
+
+
+def publish_once(directory: Path | None = None) -> Path:
+    """Write this process's snapshot now; returns the file."""
+    d = directory or run_dir()
+    d.mkdir(parents=True, exist_ok=True)
+    rt = _runtime.get()
+    doc = {
+        "pid": os.getpid(),
+        "argv": " ".join(sys.argv)[:200],
+        "time": time.time(),
+        "backend": rt.backend,
+        "device": rt.props.get("name", "cpu"),
+        "snapshot": snapshot().to_dict(),
+    }
+    path = d / f"{os.getpid()}.json"
+    tmp = d / f".{os.getpid()}.{threading.get_ident()}.tmp"
+    tmp.write_text(json.dumps(doc))
+    tmp.replace(path)
+    return path
+
+
+def start_publisher(interval: float = 1.0) -> bool:
+    """Start the publishing thread once per process (unless PYGPUKIT_PUBLISH=0)."""
+    global _publisher
+    if os.environ.get("PYGPUKIT_PUBLISH", "1") == "0":
+        return False
+    with _publish_lock:
+        if _publisher is not None and _publisher.is_alive():
+            return True
+
+        def loop() -> None:
+            while True:
+                try:
+                    publish_once()
+                except Exception:  # a full or unwritable disk must not break the program
+                    pass
+                time.sleep(interval)
+
+        _publisher = threading.Thread(target=loop, name="pygpukit-publish", daemon=True)
+        _publisher.start()
+    return True

@@ -1,7 +1,8 @@
 """Gathering and scattering by integer indices: take, take_along_axis, and the
-advanced cases of ``a[key]`` and ``a[key] = v``. Index bounds are checked before the kernel runs, which
-reads the indices' min and max back to the host (one synchronization), as
-NumPy raises IndexError for an index out of bounds."""
+advanced cases of ``a[key]`` and ``a[key] = v`` (this module installs item
+assignment and advanced indexing on GPUArray). Index bounds are checked before
+the kernel runs, which reads the indices' min and max back to the host (one
+synchronization), as NumPy raises IndexError for an index out of bounds."""
 
 from __future__ import annotations
 
@@ -10,14 +11,16 @@ from typing import Any
 
 import numpy as np
 
-from . import _dtypes, _indexing, _runtime, ufuncs
+from . import _dtypes, _indexing, _runtime
 from .array import GPUArray, _normalize_axis, broadcast_to
-from .streams import on_stream
+from .creation import asarray
+from .reductions import cumsum
+from .reductions import sum as _sum
+from .streams import current_stream_handle, on_stream
+from .ufuncs import add, clip, less, multiply, remainder, where
 
 
 def _index_array(indices: Any) -> GPUArray:
-    from .creation import asarray
-
     idx = indices if isinstance(indices, GPUArray) else asarray(np.asarray(indices))
     if idx.dtype.kind not in "iu":
         raise IndexError(f"arrays used as indices must be of integer type, got {idx.dtype}")
@@ -41,20 +44,18 @@ def nonzero(a: GPUArray) -> tuple[GPUArray, ...]:
         raise TypeError(f"nonzero expects a GPUArray, got {type(a).__name__}")
     if a.ndim == 0:
         raise ValueError("Calling nonzero on 0d arrays is not allowed. Use np.atleast_1d(scalar).nonzero() instead.")
-    from .reductions import cumsum
-
     mask = a.astype(_dtypes.bool_, copy=False).reshape(-1)
     csum = cumsum(mask)
     count = int(csum[-1].item()) if csum.size else 0
-    idx = _runtime.get().ops.nonzero(csum, a.shape, count)
+    stream = current_stream_handle()
+    idx = GPUArray._empty((a.ndim, count), _dtypes.int64, stream)
+    _runtime.get().ops.nonzero(csum, a.shape, idx, stream)
     return tuple(idx[d] for d in range(a.ndim))
 
 
 @on_stream
 def count_nonzero(a: GPUArray, axis: Any = None, keepdims: bool = False) -> GPUArray:
     """Number of non-zero (true) elements, as int64."""
-    from .reductions import sum as _sum
-
     return _sum(a.astype(_dtypes.bool_, copy=False), axis=axis, dtype=_dtypes.int64, keepdims=keepdims)
 
 
@@ -86,13 +87,13 @@ def take(a: GPUArray, indices: Any, axis: int | None = None, mode: str = "raise"
     elif idx.size:
         if n == 0:
             raise IndexError(f"cannot take from axis {ax} of size 0")
-        idx = ufuncs.clip(idx, 0, n - 1) if mode == "clip" else ufuncs.remainder(idx, n)
+        idx = clip(idx, 0, n - 1) if mode == "clip" else remainder(idx, n)
     out_shape = a.shape[:ax] + idx.shape + a.shape[ax + 1 :]
     if math.prod(out_shape) == 0:
         return GPUArray._empty(out_shape, a.dtype)
     src = a if a.is_contiguous else a.copy()
     inner = math.prod(a.shape[ax + 1 :])
-    return _runtime.get().ops.gather(src, idx, out_shape, n, max(idx.size, 1), inner, False)
+    return gather(src, idx, out_shape, n, max(idx.size, 1), inner, False)
 
 
 @on_stream
@@ -116,7 +117,16 @@ def take_along_axis(a: GPUArray, indices: Any, axis: int) -> GPUArray:
     ib = broadcast_to(idx, tuple(shape))
     ib = ib if ib.is_contiguous else ib.copy()
     inner = math.prod(shape[ax + 1 :])
-    return _runtime.get().ops.gather(src, ib, tuple(shape), n, max(shape[ax], 1), inner, True)
+    return gather(src, ib, tuple(shape), n, max(shape[ax], 1), inner, True)
+
+
+def gather(src: GPUArray, idx: GPUArray, shape: tuple[int, ...], axis_len: int, n_idx: int, inner: int, along: bool) -> GPUArray:
+    """A new array of ``shape``: out[o, j, i] = src[o, idx[j], i] (``along``: idx[o, j, i]),
+    src and idx contiguous, indices known to be in bounds (no check, no synchronization)."""
+    stream = current_stream_handle()
+    out = GPUArray._empty(shape, src.dtype, stream)
+    _runtime.get().ops.gather(src, idx, axis_len, n_idx, inner, along, out, stream)
+    return out
 
 
 def assign(a: GPUArray, key: Any, value: GPUArray) -> None:
@@ -124,9 +134,6 @@ def assign(a: GPUArray, key: Any, value: GPUArray) -> None:
     a's dtype (as NumPy's assignment does) and broadcast to the selection. A full
     mask with one value is one select kernel; one index array on one axis one
     scatter; everything else goes through ``_Plan``."""
-    from .creation import asarray
-    from .ufuncs import where
-
     v = value if value.dtype == a.dtype else value.astype(a.dtype)
     mask = _indexing.boolean_mask(key)
     if mask is not None:
@@ -172,7 +179,7 @@ def _scatter(a: GPUArray, idx: GPUArray, v: GPUArray, ax: int, flat: bool = Fals
     target = work.reshape(-1) if flat else work  # a view: work is contiguous
     src = v if v.is_contiguous and v._block is not a._block else v.copy()
     inner = math.prod(target.shape[ax + 1 :])
-    _runtime.get().ops.scatter(src, idx, target, target.shape[ax], max(idx.size, 1), inner)
+    _runtime.get().ops.scatter(src, idx, target, target.shape[ax], max(idx.size, 1), inner, current_stream_handle())
     if work is not a:
         a[...] = work
 
@@ -189,9 +196,6 @@ class _Plan:
     the broadcast index shape ``bshape`` goes to result axis ``pos``."""
 
     def __init__(self, a: GPUArray, key: Any) -> None:
-        from .creation import asarray
-        from .ufuncs import add, less, multiply, where
-
         items = list(key) if isinstance(key, tuple) else [key]
         items = [k if isinstance(k, GPUArray) else asarray(np.asarray(k)) if isinstance(k, (list, np.ndarray)) else k for k in items]
         if any(k is None for k in items):
@@ -261,8 +265,6 @@ class _Plan:
 
 def get_advanced(a: GPUArray, key: Any) -> GPUArray:
     """``a[key]`` for any key with integer or boolean arrays (NumPy's rules)."""
-    from .creation import asarray
-
     mask = _indexing.boolean_mask(key)
     if mask is not None:  # one boolean array: the compaction when it covers every axis
         m = mask if isinstance(mask, GPUArray) else asarray(np.asarray(mask))
@@ -301,7 +303,51 @@ def _assign_general(a: GPUArray, key: Any, v: GPUArray, value: GPUArray) -> None
     target = work.reshape((plan.n, *plan.rest))
     if src.size:
         _runtime.get().ops.scatter(
-            src if src.is_contiguous else src.copy(), plan.flat.reshape(-1), target, plan.n, max(plan.flat.size, 1), math.prod(plan.rest)
+            src if src.is_contiguous else src.copy(),
+            plan.flat.reshape(-1),
+            target,
+            plan.n,
+            max(plan.flat.size, 1),
+            math.prod(plan.rest),
+            current_stream_handle(),
         )
     if work is not plan.view:
         plan.view[...] = work
+
+
+def _value(a: GPUArray, value: Any) -> GPUArray:
+    """A value to store into ``a``, as a GPUArray (scalars: 0-d, of a's dtype)."""
+    if isinstance(value, GPUArray):
+        return value
+    if isinstance(value, (bool, int, float, complex, np.generic)):
+        stream = current_stream_handle()
+        src = GPUArray._empty((), a.dtype, stream)
+        _runtime.get().ops.fill(src, value, stream)
+        return src
+    return asarray(np.asarray(value))
+
+
+def setitem(a: GPUArray, key: Any, value: Any) -> None:
+    """``a[key] = value``: ``value`` (scalar, array or NumPy array) broadcasts
+    to the indexed shape and is cast to a's dtype. Advanced keys (a boolean
+    mask, an integer array) as in ``a[key]``; with a repeated index, which of
+    its values lands is unspecified (NumPy: the last)."""
+    if _indexing.is_advanced(key):
+        assign(a, key, _value(a, value))
+        return
+    target = a[key]
+    src = _value(a, value)
+    try:
+        shape = np.broadcast_shapes(src.shape, target.shape)
+    except ValueError:
+        raise ValueError(f"could not broadcast input array from shape {src.shape} into shape {target.shape}") from None
+    if src.ndim > target.ndim or shape != target.shape:
+        raise ValueError(f"could not broadcast input array from shape {src.shape} into shape {target.shape}")
+    if target.size:
+        if src._block is a._block:  # overlapping memory: copy the source first
+            src = src.copy()
+        _runtime.get().ops.cast(src, target, current_stream_handle())
+
+
+GPUArray.__setitem__ = setitem  # type: ignore[method-assign]
+GPUArray._get_advanced = get_advanced  # type: ignore[method-assign, assignment]

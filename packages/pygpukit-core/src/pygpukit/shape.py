@@ -5,7 +5,11 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from .array import GPUArray, broadcast_to, expand_dims
+import numpy as np
+
+from . import _dtypes
+from .array import GPUArray, _normalize_axis, broadcast_to, expand_dims
+from .creation import empty, full
 from .streams import on_stream
 
 __all__ = [
@@ -52,17 +56,12 @@ def ascontiguousarray(a: GPUArray) -> GPUArray:
 
 
 def _axis(axis: int, ndim: int) -> int:
-    from .array import _normalize_axis
-
     return _normalize_axis(axis, ndim)
 
 
 @on_stream
 def concatenate(arrays: Any, axis: int | None = 0, dtype: Any = None) -> GPUArray:
     """Join arrays along an existing axis (``axis=None``: flatten first), with NumPy's dtype promotion."""
-    from . import _dtypes
-    from .creation import empty
-
     arrs = list(arrays)
     if not arrs:
         raise ValueError("need at least one array to concatenate")
@@ -181,10 +180,6 @@ def repeat(a: GPUArray, repeats: int, axis: int | None = None) -> GPUArray:
 @on_stream
 def pad(a: GPUArray, pad_width: Any, constant_values: Any = 0) -> GPUArray:
     """Constant padding, NumPy's ``pad(mode="constant")``."""
-    import numpy as np
-
-    from .creation import full
-
     widths = np.broadcast_to(np.asarray(pad_width, dtype=np.int64), (a.ndim, 2)) if a.ndim else np.zeros((0, 2), np.int64)
     if (widths < 0).any():
         raise ValueError("index can't contain negative values")

@@ -15,27 +15,14 @@ poll the event with a back-off from 20 us to 1 ms through ``asyncio.sleep``
 
 from __future__ import annotations
 
-import contextvars
 import functools
-import threading
 import time
 import weakref
 from collections.abc import Callable, Generator
 from typing import Any, TypeVar, cast
 
-from . import _runtime
-
-
-class _ThreadState(threading.local):
-    # A class-level default: reading it never raises AttributeError (which
-    # would cost a microsecond on every op).
-    capture: Any = None  # the Graph this thread is capturing (graphs.py)
-
-
-_local = _ThreadState()
-# The `with stream:` stack, per thread and per asyncio task (a context
-# variable), so that coroutines in tasks of their own each keep their stream.
-_stack: contextvars.ContextVar[tuple[Stream, ...]] = contextvars.ContextVar("pygpukit_streams", default=())
+from . import _context, _runtime
+from ._errors import GraphCaptureError
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
@@ -58,9 +45,7 @@ def on_stream(fn: _F) -> _F:
 
 def check_not_capturing(what: str) -> None:
     """Raise GraphCaptureError when ``what`` (a host synchronization) happens during a graph capture."""
-    if _local.capture is not None:
-        from ._errors import GraphCaptureError
-
+    if _context.local.capture is not None:
         raise GraphCaptureError(
             f"{what} waits for the device, which is not allowed while a graph is being captured; "
             "move it out of the `with gp.graph():` block"
@@ -86,8 +71,9 @@ async def poll_until(ready: Callable[[], bool]) -> None:
 
 
 def current_stream_handle() -> int:
-    """Handle of the current stream (the hot path of every op)."""
-    stack = _stack.get()
+    """Handle of the current stream: the one place that decides where an op's work
+    (and its output's memory) goes. The hot path of every op."""
+    stack = _context.streams.get()
     if stack:
         return stack[-1].handle
     rt = _runtime._runtime
@@ -108,9 +94,7 @@ class Stream:
         self._owned = rt.backend == "cuda"
         _live_streams.add(self)
         self._task: Any = None
-        from .scheduler import current_task
-
-        task = current_task()
+        task = _context.task.get()
         if task is not None and task.stream is not None:
             # A stream made inside a task is the task's: its allocations and launches count there.
             if not self._owned:
@@ -154,11 +138,11 @@ class Stream:
             self._rt.native.stream_wait_event(self.handle, event.handle)
 
     def __enter__(self) -> Stream:
-        _stack.set((*_stack.get(), self))
+        _context.streams.set((*_context.streams.get(), self))
         return self
 
     def __exit__(self, *exc: object) -> None:
-        _stack.set(_stack.get()[:-1])
+        _context.streams.set(_context.streams.get()[:-1])
 
     def __del__(self) -> None:
         if getattr(self, "_task", None) is not None:
@@ -189,7 +173,7 @@ _live_streams: weakref.WeakSet[Stream] = weakref.WeakSet()
 
 def current_stream() -> Stream:
     """The stream ops on this thread (or asyncio task) are queued on."""
-    stack = _stack.get()
+    stack = _context.streams.get()
     return stack[-1] if stack else Stream._wrap(_runtime.get().stream)
 
 

@@ -1,11 +1,9 @@
 """``pygpukit top``: the scheduler of every pygpukit process on this machine, live.
 
-A process that runs tasks publishes its scheduler snapshot once a second (a
-daemon thread started by the first task; ``PYGPUKIT_PUBLISH=0`` turns it off)
-as ``<run dir>/<pid>.json``, written to a temporary file and renamed so a
-reader never sees half a file. The run directory is ``PYGPUKIT_RUN_DIR``,
-default ``<tmp>/pygpukit-<uid>``. ``pygpukit top`` reads them all, forgets
-the files of processes that are gone, and redraws a table like nvidia-smi's.
+Every process that runs tasks publishes its scheduler snapshot into the run
+directory (``pygpukit.scheduler.publish_once``, once a second). ``pygpukit top``
+reads them all, forgets the files of processes that are gone, and redraws a
+table like nvidia-smi's.
 """
 
 from __future__ import annotations
@@ -13,65 +11,12 @@ from __future__ import annotations
 import json
 import os
 import sys
-import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
 from ._units import format_bytes
-
-_publisher: threading.Thread | None = None
-_lock = threading.Lock()
-
-
-def run_dir() -> Path:
-    d = os.environ.get("PYGPUKIT_RUN_DIR")
-    return Path(d) if d else Path(tempfile.gettempdir()) / f"pygpukit-{os.getuid()}"
-
-
-def publish_once(directory: Path | None = None) -> Path:
-    """Write this process's snapshot now; returns the file."""
-    from . import _runtime, scheduler
-
-    d = directory or run_dir()
-    d.mkdir(parents=True, exist_ok=True)
-    rt = _runtime.get()
-    doc = {
-        "pid": os.getpid(),
-        "argv": " ".join(sys.argv)[:200],
-        "time": time.time(),
-        "backend": rt.backend,
-        "device": rt.props.get("name", "cpu"),
-        "snapshot": scheduler.snapshot().to_dict(),
-    }
-    path = d / f"{os.getpid()}.json"
-    tmp = d / f".{os.getpid()}.{threading.get_ident()}.tmp"
-    tmp.write_text(json.dumps(doc))
-    tmp.replace(path)
-    return path
-
-
-def start_publisher(interval: float = 1.0) -> bool:
-    """Start the publishing thread once per process (unless PYGPUKIT_PUBLISH=0)."""
-    global _publisher
-    if os.environ.get("PYGPUKIT_PUBLISH", "1") == "0":
-        return False
-    with _lock:
-        if _publisher is not None and _publisher.is_alive():
-            return True
-
-        def loop() -> None:
-            while True:
-                try:
-                    publish_once()
-                except Exception:  # a full or unwritable disk must not break the program
-                    pass
-                time.sleep(interval)
-
-        _publisher = threading.Thread(target=loop, name="pygpukit-publish", daemon=True)
-        _publisher.start()
-    return True
+from .scheduler import run_dir
 
 
 def _alive(pid: int) -> bool:

@@ -18,17 +18,16 @@ every transfer is complete when it returns.
 
 from __future__ import annotations
 
-import math
 import threading
 from collections.abc import Generator
 from typing import Any
 
 import numpy as np
 
-from . import _dtypes, _runtime, scheduler
+from . import _context, _dtypes, _runtime, scheduler
 from ._errors import GraphCaptureError
-from .array import GPUArray, new_contiguous
-from .streams import Stream, _local, check_not_capturing, current_stream_handle, poll_until
+from .array import GPUArray
+from .streams import Stream, check_not_capturing, current_stream_handle, poll_until
 
 __all__ = ["ENGINE_THRESHOLD", "Transfer", "configure", "stats", "to_device", "to_host"]
 
@@ -112,7 +111,7 @@ def configure(chunk_bytes: int | None = None, staging_buffers: int | None = None
     memory is allocated at the first transfer; transfers still in flight keep
     the old engine alive until they are dropped."""
     global _engine, _copy_streams
-    from . import _rt
+    from . import _rt  # the native modules load on first use, not with `import pygpukit`
 
     rt = _runtime.get()
     with _lock:
@@ -169,7 +168,7 @@ def to_device(array: np.ndarray, priority: str | None = None, stream: Stream | N
             f"{array.strides}; use np.ascontiguousarray(a)"
         )
     consumer = current_stream_handle() if stream is None else _handle(stream)
-    if _local.capture is not None:
+    if _context.local.capture is not None:
         raise GraphCaptureError("gp.transfer.to_device() runs on a copy stream outside the graph; call it before `with gp.graph():`")
     engine = _get()
     rt = _runtime.get()
@@ -179,8 +178,8 @@ def to_device(array: np.ndarray, priority: str | None = None, stream: Stream | N
     # compute queued earlier; the consumer stream is recorded, so that when the
     # array is freed the block is reused only after the consumer's work.
     # Charged to the consumer stream's task, the one that will use the array.
-    size = math.prod(array.shape)
-    out = new_contiguous(tuple(array.shape), dt, size, rt.pool.alloc(size * dt.itemsize, copy_stream, consumer))
+    block = rt.pool.alloc(array.nbytes, copy_stream, consumer)
+    out = GPUArray._new(tuple(array.shape), dt, block, block.ptr)
     if consumer != copy_stream:
         rt.pool.record_stream(out._block, consumer)
     t = engine.host_to_device(out.data_ptr, array.ctypes.data, array.nbytes, priority)

@@ -9,6 +9,12 @@ is what ``a += b`` uses). A result takes the memory order of its inputs when
 they share a dense layout (``gp.exp(a.T)`` is a transposed array, as in NumPy),
 so that such inputs run at the contiguous speed.
 
+Every call form (``a + b``, ``gp.add(a, b)``, ``out=``, ``a += b``, a Python
+scalar operand, the unary operators) first tries one fast path: operands that
+are C-contiguous, of one shape and 16-byte aligned (as pool blocks are) go
+straight to the backend's contiguous kernels after two dict lookups (the
+loop's dtypes, then the kernel); anything else takes ``apply``, the general path.
+
 Differences from NumPy, because raising them would need the data on the host:
 integer division and remainder by zero give 0, and an integer raised to a
 negative integer power from an array gives 0 (1 or -1 for bases 1 and -1).
@@ -18,27 +24,30 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from functools import cache
 from typing import Any
 
 import numpy as np
 
 from . import _dtypes, _indexing, _runtime
-from .array import GPUArray, new_contiguous
+from ._backend import cpu_functors as _cpu
+from ._loops import COMPARISONS, SCALAR_TYPES, fits_out, overlaps, pairs, scalars, singles
+from ._loops import loop as _loop
+from .array import GPUArray
+from .creation import asarray
 from .streams import Stream, current_stream_handle, on_stream
-from .streams import _stack as _stream_stack
 
 _WEAK = (int, float, complex)
-_erf = np.frompyfunc(math.erf, 1, 1)
 
 
-def _is_small_float(dt: np.dtype) -> bool:
-    return _dtypes.is_float(dt) and dt.itemsize < 4
-
-
-def kernel_dtype(dt: np.dtype) -> np.dtype:
-    """What kernels compute in for a loop dtype: float32 for the 8/16-bit floats."""
-    return _dtypes.float32 if _is_small_float(dt) else dt
+# The ufuncs with complex kernels (NumPy defines a few more: the ordering ones,
+# which the array API leaves undefined for complex numbers).
+_COMPLEX_UFUNCS = {
+    "add", "subtract", "multiply", "divide", "power", "negative", "positive", "square", "reciprocal", "sqrt", "exp",
+    "exp2", "expm1", "log", "log2", "log10", "log1p", "sin", "cos", "tan", "sinh", "cosh", "tanh", "abs", "sign",
+    "arcsin", "arccos", "arctan", "arcsinh", "arccosh", "arctanh",
+    "conjugate", "equal", "not_equal", "isnan", "isinf", "isfinite", "logical_and", "logical_or", "logical_xor",
+    "logical_not", "where",
+}  # fmt: skip
 
 
 class Ufunc:
@@ -52,59 +61,32 @@ class Ufunc:
         self.resolver = resolver
         self.cpu: Callable[..., Any] = cpu if cpu is not None else resolver
         self.__doc__ = doc
+        self.complex = name in _COMPLEX_UFUNCS  # it has complex kernels
+        # f(x, out=None) / f(x, y, out=None, method=True): the body of every call
+        # form, and GPUArray's operator method itself (_unary_call, _binary_call)
+        self._call: Callable[..., Any] | None = _unary_call(self) if nin == 1 else _binary_call(self) if nin == 2 else None
 
     def __repr__(self) -> str:
         return f"<pygpukit ufunc '{self.name}'>"
 
     def __call__(self, *args: Any, out: GPUArray | None = None, stream: Stream | None = None) -> GPUArray:
+        if stream is not None:
+            if not isinstance(stream, Stream):
+                raise TypeError(f"{self.name}: stream must be a pygpukit.Stream or None, got {type(stream).__name__}")
+            with stream:
+                return self(*args, out=out)
         if len(args) != self.nin:
             raise TypeError(f"{self.name}() takes {self.nin} positional argument{'s' if self.nin > 1 else ''} but {len(args)} were given")
-        if stream is None:
-            return apply(self, args, out)
-        if not isinstance(stream, Stream):
-            raise TypeError(f"{self.name}: stream must be a pygpukit.Stream or None, got {type(stream).__name__}")
-        with stream:
-            return apply(self, args, out)
+        if self.nin == 2:
+            return self._call(args[0], args[1], out, False)  # type: ignore[misc, no-any-return]
+        if self.nin == 1:
+            return self._call(args[0], out)  # type: ignore[misc, no-any-return]
+        return apply(self, args, out)
 
     def loop(self, *types: Any) -> tuple[np.dtype, np.dtype]:
         """(compute dtype, result dtype) for operands of these dtypes (Python
         ``int``/``float`` for weak scalars), as NumPy resolves them."""
         return _loop(self, types)
-
-
-@cache
-def _loop(uf: Ufunc, types: tuple[Any, ...]) -> tuple[np.dtype, np.dtype]:
-    try:
-        if any(isinstance(t, np.dtype) and t in _dtypes._ML_FLOATS for t in types):
-            # NumPy does not know ml_dtypes' promotion, and ml_dtypes registers
-            # loops for some ufuncs only: resolve as float32, then keep the
-            # promoted ml dtype wherever that gives a float.
-            promoted = _dtypes.result_type(*(t if isinstance(t, np.dtype) else t(1) for t in types))
-            if promoted not in _dtypes._ML_FLOATS:
-                dts = uf.resolver.resolve_dtypes((promoted,) * uf.nin + (None,))
-            else:
-                as_f32 = uf.resolver.resolve_dtypes((_dtypes.float32,) * uf.nin + (None,))
-                dts = tuple(promoted if d == _dtypes.float32 else d for d in as_f32)
-        else:
-            dts = uf.resolver.resolve_dtypes((*types, None))
-    except TypeError as e:
-        names = ", ".join(t.name if isinstance(t, np.dtype) else f"Python {t.__name__}" for t in types)
-        raise TypeError(f"{uf.name} is not supported for input dtypes ({names}): {e}") from None
-    compute, out = _dtypes.as_dtype(dts[0]), _dtypes.as_dtype(dts[-1])
-    if _dtypes.is_complex(compute) and uf.name not in _COMPLEX_UFUNCS:
-        raise TypeError(f"{uf.name} is not supported for complex inputs")
-    return compute, out
-
-
-# The ufuncs with complex kernels (NumPy defines a few more: the ordering ones,
-# which the array API leaves undefined for complex numbers).
-_COMPLEX_UFUNCS = {
-    "add", "subtract", "multiply", "divide", "power", "negative", "positive", "square", "reciprocal", "sqrt", "exp",
-    "exp2", "expm1", "log", "log2", "log10", "log1p", "sin", "cos", "tan", "sinh", "cosh", "tanh", "abs", "sign",
-    "arcsin", "arccos", "arctan", "arcsinh", "arccosh", "arctanh",
-    "conjugate", "equal", "not_equal", "isnan", "isinf", "isfinite", "logical_and", "logical_or", "logical_xor",
-    "logical_not", "where",
-}  # fmt: skip
 
 
 def _dense_order(a: GPUArray) -> list[int] | None:
@@ -121,23 +103,19 @@ def _dense_order(a: GPUArray) -> list[int] | None:
     return order
 
 
-def _new_result(shape: tuple[int, ...], dt: np.dtype, like: GPUArray | None) -> GPUArray:
+def _new_result(shape: tuple[int, ...], dt: np.dtype, like: GPUArray | None, stream: int) -> GPUArray:
     """A new array for a result; in ``like``'s memory order when that is dense."""
     order = _dense_order(like) if like is not None and like._shape == shape else None
-    rt = _runtime._runtime or _runtime.get()
-    size = math.prod(shape)
-    base = new_contiguous(
-        tuple(shape[i] for i in order) if order else shape, dt, size, rt.pool.alloc(size * dt.itemsize, current_stream_handle())
-    )
     if order is None:
-        return base
+        return GPUArray._empty(shape, dt, stream)
+    base = GPUArray._empty(tuple(shape[i] for i in order), dt, stream)
     return base.transpose(_indexing.inverse_permutation(order))
 
 
 def _scalar_value(s: Any, compute: np.dtype) -> Any:
     """A scalar operand as the kernels see it: converted to the loop dtype
     (rounded once, as NumPy does), then to the kernel's compute dtype."""
-    kd = kernel_dtype(compute)
+    kd = _dtypes.compute_dtype(compute)
     with np.errstate(all="ignore"):
         return np.asarray(s).astype(compute).astype(kd).item()
 
@@ -147,13 +125,9 @@ def _fits(s: int, dt: np.dtype) -> bool:
     return info.min <= s <= info.max
 
 
-_COMPARISONS = {"equal", "not_equal", "less", "less_equal", "greater", "greater_equal"}
-
-
 def apply(uf: Ufunc, args: tuple[Any, ...], out: GPUArray | None = None, params: tuple[Any, ...] = ()) -> GPUArray:
-    """Run ``uf`` on ``args`` (and the functor parameters ``params``) into ``out`` or a new array."""
-    from .creation import asarray
-
+    """Run ``uf`` on ``args`` (and the functor parameters ``params``) into ``out`` or a
+    new array: any operands (arrays of any layout, NumPy arrays, scalars)."""
     ops: list[Any] = []
     types: list[Any] = []
     for x in args:
@@ -179,14 +153,14 @@ def apply(uf: Ufunc, args: tuple[Any, ...], out: GPUArray | None = None, params:
     if not any(type(o) is GPUArray for o in ops):
         ops[0] = asarray(np.asarray(ops[0], dtype=types[0] if isinstance(types[0], np.dtype) else None))
         types[0] = ops[0]._dtype
-    if uf.name in _COMPARISONS and set(types) == {_dtypes.int64, _dtypes.uint64}:
+    if uf.name in COMPARISONS and set(types) == {_dtypes.int64, _dtypes.uint64}:
         return _compare_mixed_sign(uf, ops, types, out)
     compute, out_dt = _loop(uf, tuple(types))
     strong = [t for t in types if isinstance(t, np.dtype)]
     int_dt = _dtypes.result_type(*strong) if strong else compute  # what a Python int converts to
     for o in ops:
         if type(o) is int and int_dt.kind in "iu" and not uf.name.startswith("logical_") and not _fits(o, int_dt):  # logical_*: bool loops
-            if uf.name not in _COMPARISONS:
+            if uf.name not in COMPARISONS:
                 raise OverflowError(f"Python integer {o} out of bounds for {int_dt}")
             compute = _dtypes.int64 if -(2**63) <= o < 2**63 and int_dt.kind == "i" else _dtypes.float64
     if uf is power and compute.kind in "iu" and type(ops[1]) is int and ops[1] < 0:
@@ -200,15 +174,16 @@ def apply(uf: Ufunc, args: tuple[Any, ...], out: GPUArray | None = None, params:
             except ValueError:
                 shapes = " ".join(str(x._shape) for x in arrays)
                 raise ValueError(f"operands could not be broadcast together with shapes {shapes}") from None
+    stream = current_stream_handle()
     if out is None:
-        out = _new_result(shape, out_dt, next((a for a in arrays if a._shape == shape), None))
+        out = _new_result(shape, out_dt, next((a for a in arrays if a._shape == shape), None), stream)
     else:
         _check_out(uf, out, shape, out_dt)
         # an input that overlaps the output in any other way is read from a copy
         ops = [o.copy() if type(o) is GPUArray and o._block is out._block and not _same_view(o, out) else o for o in ops]
     if out._size:
         ops = [_scalar_value(o, compute) if type(o) is not GPUArray else o for o in ops]
-        (_runtime._runtime or _runtime.get()).ops.elementwise(uf, ops, compute, out, params)
+        (_runtime._runtime or _runtime.get()).ops.elementwise(uf, ops, compute, out, params, stream)
     return out
 
 
@@ -220,8 +195,6 @@ def _compare_mixed_sign(uf: Ufunc, ops: list[Any], types: list[Any], out: GPUArr
     """int64 against uint64, exactly (NumPy 2's rule; a common dtype would be
     float64, which rounds above 2**53): where the int64 side is negative the
     answer is known, elsewhere both sides compare as uint64."""
-    from .creation import asarray
-
     i = types.index(_dtypes.int64)
     signed = ops[i] if type(ops[i]) is GPUArray else asarray(np.int64(ops[i]))
     unsigned = list(ops)
@@ -253,37 +226,91 @@ def _check_out(uf: Ufunc, out: Any, shape: tuple[int, ...], out_dt: np.dtype) ->
         raise TypeError(f"Cannot cast ufunc '{uf.name}' output from {out_dt!r} to {out._dtype!r} with casting rule 'same_kind'")
 
 
-# -- CPU twins of the functors that NumPy does not have (or defines differently) --
-def _int_reciprocal(x: np.ndarray) -> np.ndarray:
-    if x.dtype.kind not in "biu":
-        return np.reciprocal(x)
-    return np.where(x == 0, 0, np.reciprocal(np.where(x == 0, 1, x))).astype(x.dtype)
+def _binary_call(uf: Ufunc) -> Callable[..., Any]:
+    """``uf(x, y, out=None)``; ``method``: as GPUArray's operator (NotImplemented for an
+    operand it does not take). Arrays that are C-contiguous, of one shape and
+    16-byte aligned take the contiguous kernel right here: this function is the
+    operator method itself, so ``x + y`` costs no extra call; a Python scalar
+    operand takes ``_scalar_fast``; anything else ``apply``."""
+
+    def call(x: Any, y: Any, out: Any = None, method: bool = True) -> Any:
+        if type(x) is GPUArray and type(y) is GPUArray:
+            if x._contig and y._contig and x._shape == y._shape and not (x._ptr | y._ptr) & 15:
+                pair = pairs[(uf, x._dtype, y._dtype)]
+                if pair is not False:
+                    compute, out_dt, kernel = pair  # type: ignore[misc]
+                    stream = current_stream_handle()
+                    if out is None:
+                        out = GPUArray._empty(x._shape, out_dt, stream)
+                        (_runtime._runtime or _runtime.get()).ops.binary_contig(kernel, x, y, out, stream)
+                        return out
+                    if fits_out(out, x._shape, out_dt) and not (overlaps(x, out) or overlaps(y, out)):
+                        if out._dtype != out_dt:
+                            kernel = (_runtime._runtime or _runtime.get()).ops.binary_kernel(uf, compute, x._dtype, y._dtype, out._dtype)
+                        (_runtime._runtime or _runtime.get()).ops.binary_contig(kernel, x, y, out, stream)
+                        return out
+        else:
+            r = _scalar_fast(uf, x, y, out)
+            if r is not None:
+                return r
+        if method and not isinstance(y, _OPERAND_TYPES):
+            return NotImplemented
+        return apply(uf, (x, y), out)
+
+    return call
 
 
-def _power(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    if a.dtype.kind not in "iu" or b.dtype.kind == "u":
-        return np.power(a, b)
-    neg = b < 0
-    r = np.power(a, np.where(neg, 0, b))
-    special = np.asarray(np.where(a == 1, 1, np.where(a == -1, np.where(b & 1, -1, 1), 0))).astype(r.dtype)
-    return np.where(neg, special, r)
+def _scalar_fast(uf: Ufunc, x: Any, y: Any, out: Any) -> GPUArray | None:
+    """``uf(x, y, out=out)`` for a C-contiguous 16-byte aligned array and a Python scalar
+    (which rides in the kernel's parameters); None when they do not qualify."""
+    if type(x) is GPUArray:
+        arr, s, side = x, y, "Right"
+    elif type(y) is GPUArray:
+        arr, s, side = y, x, "Left"
+    else:
+        return None
+    st = type(s)
+    if st not in SCALAR_TYPES or not arr._contig or arr._ptr & 15:
+        return None
+    plan = scalars[(uf, arr._dtype, st, side)]
+    if plan is False:
+        return None
+    compute, out_dt, convert, kernel = plan  # type: ignore[misc]
+    value = convert(s)
+    if value is None:
+        return None
+    stream = current_stream_handle()
+    if out is None:
+        out = GPUArray._empty(arr._shape, out_dt, stream)
+    elif not fits_out(out, arr._shape, out_dt) or overlaps(arr, out):
+        return None
+    elif out._dtype != out_dt:
+        kernel = (_runtime._runtime or _runtime.get()).ops.unary_kernel(uf, side, compute, arr._dtype, out._dtype)
+    (_runtime._runtime or _runtime.get()).ops.unary_contig(kernel, arr, out, (value,), stream)
+    return out
 
 
-def _erf_np(x: np.ndarray) -> np.ndarray:
-    return np.asarray(_erf(x.astype(np.float64)), dtype=np.float64).astype(x.dtype)
+def _unary_call(uf: Ufunc) -> Callable[..., Any]:
+    """``uf(x, out=None)``, and GPUArray's unary operator method itself (- + abs ~):
+    a C-contiguous 16-byte aligned array takes the contiguous kernel, anything
+    else ``apply``."""
 
+    def call(x: Any, out: Any = None) -> Any:
+        if type(x) is GPUArray and x._contig and not x._ptr & 15:
+            compute, out_dt, kernel = singles[(uf, x._dtype)]
+            stream = current_stream_handle()
+            if out is None:
+                out = GPUArray._empty(x._shape, out_dt, stream)
+                (_runtime._runtime or _runtime.get()).ops.unary_contig(kernel, x, out, (), stream)
+                return out
+            if fits_out(out, x._shape, out_dt) and not overlaps(x, out):
+                if out._dtype != out_dt:
+                    kernel = (_runtime._runtime or _runtime.get()).ops.unary_kernel(uf, None, compute, x._dtype, out._dtype)
+                (_runtime._runtime or _runtime.get()).ops.unary_contig(kernel, x, out, (), stream)
+                return out
+        return apply(uf, (x,), out)
 
-def _gelu(x: np.ndarray) -> np.ndarray:
-    return (0.5 * x * (1 + _erf_np(x * x.dtype.type(math.sqrt(0.5))))).astype(x.dtype)
-
-
-def _gelu_tanh(x: np.ndarray) -> np.ndarray:
-    c = x.dtype.type(math.sqrt(2 / math.pi))
-    return (0.5 * x * (1 + np.tanh(c * (x + x.dtype.type(0.044715) * x * x * x)))).astype(x.dtype)
-
-
-def _maximum_minimum(x: np.ndarray, lo: Any, hi: Any) -> np.ndarray:
-    return np.minimum(np.maximum(x, lo), hi)
+    return call
 
 
 def _u(name: str, functor: str, resolver: np.ufunc, doc: str, cpu: Callable[..., Any] | None = None) -> Ufunc:
@@ -301,7 +328,7 @@ abs = _u("abs", "Absolute", np.absolute, "|x|, elementwise (the most negative in
 absolute = abs
 sign = _u("sign", "Sign", np.sign, "-1, 0 or 1 by the sign of x; NaN stays NaN.")
 square = _u("square", "Square", np.square, "x * x, elementwise.")
-reciprocal = _u("reciprocal", "Reciprocal", np.reciprocal, "1 / x, elementwise (integers: truncated, 0 for 0).", _int_reciprocal)
+reciprocal = _u("reciprocal", "Reciprocal", np.reciprocal, "1 / x, elementwise (integers: truncated, 0 for 0).", _cpu.int_reciprocal)
 sqrt = _u("sqrt", "Sqrt", np.sqrt, "Square root, elementwise.")
 rsqrt = _u("rsqrt", "Rsqrt", np.sqrt, "1 / sqrt(x), elementwise.", lambda x: 1 / np.sqrt(x))
 cbrt = _u("cbrt", "Cbrt", np.cbrt, "Cube root, elementwise.")
@@ -324,11 +351,11 @@ tanh = _u("tanh", "Tanh", np.tanh, "Hyperbolic tangent, elementwise.")
 arcsinh = _u("arcsinh", "Arcsinh", np.arcsinh, "Inverse hyperbolic sine, elementwise.")
 arccosh = _u("arccosh", "Arccosh", np.arccosh, "Inverse hyperbolic cosine, elementwise.")
 arctanh = _u("arctanh", "Arctanh", np.arctanh, "Inverse hyperbolic tangent, elementwise.")
-erf = _u("erf", "Erf", np.exp, "The error function, elementwise.", _erf_np)
+erf = _u("erf", "Erf", np.exp, "The error function, elementwise.", _cpu.erf_np)
 sigmoid = _u("sigmoid", "Sigmoid", np.exp, "1 / (1 + exp(-x)), elementwise.", lambda x: 1 / (1 + np.exp(-x)))
 silu = _u("silu", "Silu", np.exp, "x * sigmoid(x) (swish), elementwise.", lambda x: x / (1 + np.exp(-x)))
-gelu = _u("gelu", "Gelu", np.exp, "GELU, exact: x * Phi(x) = 0.5 x (1 + erf(x / sqrt(2))).", _gelu)
-gelu_tanh = _u("gelu_tanh", "GeluTanh", np.exp, "GELU, tanh approximation (as PyTorch's approximate='tanh').", _gelu_tanh)
+gelu = _u("gelu", "Gelu", np.exp, "GELU, exact: x * Phi(x) = 0.5 x (1 + erf(x / sqrt(2))).", _cpu.gelu)
+gelu_tanh = _u("gelu_tanh", "GeluTanh", np.exp, "GELU, tanh approximation (as PyTorch's approximate='tanh').", _cpu.gelu_tanh)
 relu = _u("relu", "Relu", np.positive, "max(x, 0), elementwise; NaN passes through.", lambda x: np.where(x < 0, x.dtype.type(0), x))
 floor = _u("floor", "Floor", np.floor, "Largest integer <= x, elementwise.")
 ceil = _u("ceil", "Ceil", np.ceil, "Smallest integer >= x, elementwise.")
@@ -354,7 +381,7 @@ floor_divide = _b("floor_divide", "FloorDivide", np.floor_divide, "x1 // x2 (flo
 remainder = _b("remainder", "Remainder", np.remainder, "x1 % x2 with the sign of x2 (Python's %); integer % 0 gives 0.")
 mod = remainder
 fmod = _b("fmod", "Fmod", np.fmod, "C's remainder: the sign of x1; integer fmod by 0 gives 0.")
-power = _b("power", "Power", np.power, "x1 ** x2, elementwise.", _power)
+power = _b("power", "Power", np.power, "x1 ** x2, elementwise.", _cpu.power)
 maximum = _b("maximum", "Maximum", np.maximum, "Elementwise maximum; NaN propagates.")
 minimum = _b("minimum", "Minimum", np.minimum, "Elementwise minimum; NaN propagates.")
 fmax = _b("fmax", "Fmax", np.fmax, "Elementwise maximum ignoring NaN.")
@@ -380,25 +407,24 @@ right_shift = _b("right_shift", "RightShift", np.right_shift, "x1 >> x2 (arithme
 
 # -- with parameters, ternary ------------------------------------------------------
 _nan_to_num = _u("nan_to_num", "NanToNum", np.positive, "", lambda x, a, b, c: np.nan_to_num(x, nan=a, posinf=b, neginf=c))
-_clip_scalars = _u("clip", "ClipScalars", np.positive, "", _maximum_minimum)
+_clip_scalars = _u("clip", "ClipScalars", np.positive, "", _cpu.maximum_minimum)
 _where = Ufunc("where", "pgk::Where", 3, np.positive, lambda c, x, y: np.where(c != 0, x, y), "")
-_clip = Ufunc("clip", "pgk::Clip", 3, np.positive, _maximum_minimum, "")
+_clip = Ufunc("clip", "pgk::Clip", 3, np.positive, _cpu.maximum_minimum, "")
 
 
 def _ternary(uf: Ufunc, a: Any, b: Any, c: Any, dt: np.dtype, out: GPUArray | None) -> GPUArray:
     """Run a ternary functor with every operand converted to arrays (scalars
     become 0-d arrays of ``dt``), computing in ``dt``."""
-    from .creation import asarray
-
     ops = [x if isinstance(x, GPUArray) else asarray(np.asarray(x).astype(dt)) for x in (a, b, c)]
     shape = np.broadcast_shapes(*(o.shape for o in ops))
+    stream = current_stream_handle()
     if out is None:
-        out = _new_result(shape, dt, next((o for o in ops if o.shape == shape), None))
+        out = _new_result(shape, dt, next((o for o in ops if o.shape == shape), None), stream)
     else:
         _check_out(uf, out, shape, dt)
         ops = [o.copy() if o._block is out._block and not _same_view(o, out) else o for o in ops]
     if out._size:
-        (_runtime._runtime or _runtime.get()).ops.elementwise(uf, ops, dt, out, ())
+        (_runtime._runtime or _runtime.get()).ops.elementwise(uf, ops, dt, out, (), stream)
     return out
 
 
@@ -406,8 +432,6 @@ def _ternary(uf: Ufunc, a: Any, b: Any, c: Any, dt: np.dtype, out: GPUArray | No
 def where(condition: Any, x: Any, y: Any, /, *, out: GPUArray | None = None) -> GPUArray:
     """``x`` where ``condition`` is true, else ``y``; all three broadcast. The
     result dtype is that of ``x`` and ``y`` together (NumPy promotion)."""
-    from .creation import asarray
-
     cond = condition if isinstance(condition, GPUArray) else asarray(np.asarray(condition))
     if cond.dtype != _dtypes.bool_:
         cond = cond.astype(_dtypes.bool_)
@@ -419,8 +443,6 @@ def where(condition: Any, x: Any, y: Any, /, *, out: GPUArray | None = None) -> 
 def clip(x: Any, /, min: Any = None, max: Any = None, *, out: GPUArray | None = None) -> GPUArray:
     """``minimum(maximum(x, min), max)``; a bound of None is not applied. NaN in
     ``x`` propagates. The result dtype is NumPy's for x and the bounds."""
-    from .creation import asarray
-
     xa = x if isinstance(x, GPUArray) else asarray(np.asarray(x))
     if min is None and max is None:
         raise ValueError("clip: at least one of min and max must be given")
@@ -488,38 +510,29 @@ around = round
 
 
 # -- GPUArray's operators ---------------------------------------------------------
-_OPERAND_TYPES = (bool, int, float, complex, np.generic, np.ndarray, list, tuple)
+_OPERAND_TYPES = (GPUArray, bool, int, float, complex, np.generic, np.ndarray, list, tuple)
 
 
-def _binary_operator(uf: Ufunc) -> Callable[[GPUArray, Any], Any]:
+def _reflected_operator(call: Callable[..., Any]) -> Callable[[GPUArray, Any], Any]:
     def method(self: GPUArray, other: Any) -> Any:
-        if type(other) is GPUArray:  # the hot path: straight to the backend's launch fast path
-            rt = _runtime._runtime or _runtime.get()
-            stack = _stream_stack.get()
-            r = rt.ops.binary_fast(uf, self, other, stack[-1].handle if stack else rt.stream)
-            return r if r is not None else apply(uf, (self, other))
-        if isinstance(other, _OPERAND_TYPES):
-            return apply(uf, (self, other))
-        return NotImplemented
+        return call(other, self, None, False) if isinstance(other, _OPERAND_TYPES) else NotImplemented
 
     return method
 
 
-def _reflected_operator(uf: Ufunc) -> Callable[[GPUArray, Any], Any]:
+def _inplace_operator(call: Callable[..., Any]) -> Callable[[GPUArray, Any], Any]:
     def method(self: GPUArray, other: Any) -> Any:
-        return apply(uf, (other, self)) if isinstance(other, _OPERAND_TYPES) else NotImplemented
-
-    return method
-
-
-def _inplace_operator(uf: Ufunc) -> Callable[[GPUArray, Any], Any]:
-    def method(self: GPUArray, other: Any) -> Any:
-        if not isinstance(other, (GPUArray, *_OPERAND_TYPES)):
+        if not isinstance(other, _OPERAND_TYPES):
             return NotImplemented
-        apply(uf, (self, other), self)
+        call(self, other, self, False)
         return self
 
     return method
+
+
+def _conj(self: GPUArray) -> GPUArray:
+    """The complex conjugate (a copy)."""
+    return conjugate(self)
 
 
 def _install_operators() -> None:
@@ -528,19 +541,18 @@ def _install_operators() -> None:
         "pow": power, "and": bitwise_and, "or": bitwise_or, "xor": bitwise_xor, "lshift": left_shift, "rshift": right_shift,
     }  # fmt: skip
     for name, uf in binary.items():
-        setattr(GPUArray, f"__{name}__", _binary_operator(uf))
-        setattr(GPUArray, f"__r{name}__", _reflected_operator(uf))
-        setattr(GPUArray, f"__i{name}__", _inplace_operator(uf))
+        setattr(GPUArray, f"__{name}__", uf._call)
+        setattr(GPUArray, f"__r{name}__", _reflected_operator(uf._call))  # type: ignore[arg-type]
+        setattr(GPUArray, f"__i{name}__", _inplace_operator(uf._call))  # type: ignore[arg-type]
     comparisons = {"eq": equal, "ne": not_equal, "lt": less, "le": less_equal, "gt": greater, "ge": greater_equal}
     for name, uf in comparisons.items():
-        setattr(GPUArray, f"__{name}__", _binary_operator(uf))
+        setattr(GPUArray, f"__{name}__", uf._call)
     GPUArray.__hash__ = None  # type: ignore[assignment]  # == is elementwise, as in NumPy
-    GPUArray.__neg__ = lambda self: negative(self)  # type: ignore[method-assign]
-    GPUArray.__pos__ = lambda self: positive(self)  # type: ignore[method-assign]
-    GPUArray.__abs__ = lambda self: abs(self)  # type: ignore[method-assign]
-    GPUArray.__invert__ = lambda self: invert(self)  # type: ignore[method-assign]
+    for name, uf in {"neg": negative, "pos": positive, "abs": abs, "invert": invert}.items():
+        setattr(GPUArray, f"__{name}__", uf._call)
     GPUArray.__divmod__ = lambda self, other: (floor_divide(self, other), remainder(self, other))  # type: ignore[method-assign]
     GPUArray.__rdivmod__ = lambda self, other: (floor_divide(other, self), remainder(other, self))  # type: ignore[method-assign]
+    GPUArray.conj = _conj  # type: ignore[method-assign]
 
 
 _install_operators()
@@ -564,8 +576,6 @@ def angle(x: Any, /, deg: bool = False) -> GPUArray:
 
 
 def _as_array(x: Any, name: str) -> GPUArray:
-    from .creation import asarray
-
     if isinstance(x, GPUArray):
         return x
     try:

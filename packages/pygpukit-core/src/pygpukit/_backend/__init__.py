@@ -1,3 +1,9 @@
-"""Backend implementations of the array primitives: ``cuda`` (NVRTC kernels on the
-current stream) and ``cpu`` (NumPy over pool-allocated host memory). Both
-expose the same methods; GPUArray reaches them through ``_runtime.get().ops``."""
+"""Backend implementations of the array primitives: ``cuda`` (NVRTC kernels, one
+module per kernel family) and ``cpu`` (NumPy over pool-allocated host memory),
+with what both share beside them (``fill``, ``random``, ``sort``). Both expose
+the same methods; front ends reach them through ``_runtime.get().ops``,
+passing the output arrays they allocated and the stream to run on.
+
+Imports run one way: front ends import the backend, never the reverse; a
+backend sees arrays only through their attributes.
+"""

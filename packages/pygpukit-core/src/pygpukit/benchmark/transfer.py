@@ -64,14 +64,14 @@ def bench_transfer(rec: Recorder, quick: bool) -> None:
         gp.transfer.to_device(host)[1].wait()
 
     def direct_h2d() -> None:
-        rt.ops.from_host(dev, host)
+        rt.ops.from_host(dev, host, rt.stream)
         sync()
 
     def engine_d2h() -> None:
         gp.transfer.to_host(dev, out=back)
 
     def direct_d2h() -> None:
-        rt.ops.to_host(back, dev)
+        rt.ops.to_host(back, dev, rt.stream)
 
     h2d: dict[str, Callable[[], None]] = {"pygpukit": engine_h2d, "direct": direct_h2d}
     d2h: dict[str, Callable[[], None]] = {"pygpukit": engine_d2h, "direct": direct_d2h}

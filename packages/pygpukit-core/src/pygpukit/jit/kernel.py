@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import re
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from .. import _runtime
 from .._errors import BackendError
@@ -204,7 +204,7 @@ class Launch:
         self._args = (fn, *g, *b, shared_mem)
         self._dependent = kernel.dependent(rt)
         self._launch = rt.native.launch
-        self._pack = kernel._packer.pack_args
+        self._pack: Callable[..., bytes] = kernel._packer.pack_args  # type: ignore[assignment]
 
     def __call__(self, *args: object) -> None:
         try:

@@ -11,20 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .manager import (
-    BenchmarkRegistrar,
-    CommandRegistrar,
-    ModelRegistrar,
-    NamespaceRegistrar,
-    OpRegistrar,
-    PluginInfo,
-    PluginState,
-    PluginWarning,
-    disable,
-    enable,
-    plugins,
-    register,
-)
+from .manager import PluginState, PluginWarning, disable, enable, plugins, register
+from .registrars import BenchmarkRegistrar, CommandRegistrar, ModelRegistrar, NamespaceRegistrar, OpRegistrar, PluginInfo
 
 __all__ = [
     "BenchmarkRegistrar",

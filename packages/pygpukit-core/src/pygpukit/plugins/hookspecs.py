@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import pluggy
 
-from .manager import BenchmarkRegistrar, CommandRegistrar, ModelRegistrar, NamespaceRegistrar, OpRegistrar, PluginInfo
+from .registrars import BenchmarkRegistrar, CommandRegistrar, ModelRegistrar, NamespaceRegistrar, OpRegistrar, PluginInfo
 
 PROJECT = "pygpukit"
 hookspec = pluggy.HookspecMarker(PROJECT)
