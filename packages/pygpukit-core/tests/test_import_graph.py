@@ -30,7 +30,7 @@ def _modules(roots: list[Path]) -> dict[str, Path | None]:
     """Dotted module name -> source file (None for an extension module or a stub-only one)."""
     mods: dict[str, Path | None] = {}
     suffixes = (*importlib.machinery.EXTENSION_SUFFIXES, ".pyi", ".py")
-    for root, path in sorted((root, path) for root in roots for path in root.rglob("*")):
+    for root, path in sorted((r, p) for r in roots for p in r.rglob("*")):
         suffix = next((s for s in suffixes if path.name.endswith(s)), None)
         if suffix is None or not path.is_file():
             continue

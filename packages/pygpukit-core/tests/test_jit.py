@@ -260,5 +260,10 @@ def test_launch_config_errors():
         k(0, 32, 1.0, x, x, 4)
     with pytest.raises(TypeError, match="tuple of 1 to 3 ints"):
         k((1, 1, 1, 1), 32, 1.0, x, x, 4)
-    with pytest.raises(gp.CudaError, match="cuLaunchKernel"):
+    with pytest.raises(ValueError, match="shared_mem=1073741824 is more than this device gives one block"):
         k(1, 32, 1.0, x, x, 4, shared_mem=1 << 30)
+    with pytest.raises(ValueError, match="shared_mem=1073741824"):
+        k.launcher(1, 32, shared_mem=1 << 30)
+    big = gp._runtime.get().props["max_shared_memory_per_block_optin"]
+    k.launcher(1, 32, shared_mem=big)(1.0, x, x, 4)  # opted in up to the device's most
+    gp.synchronize()

@@ -180,6 +180,9 @@ _smem_set: dict[int, int] = {}  # CUfunction -> the most dynamic shared memory o
 
 def _opt_in_shared_memory(rt: _runtime.Runtime, fn: int, nbytes: int) -> None:
     if _smem_set.get(fn, _DEFAULT_SMEM) < nbytes:
+        most = rt.props.get("max_shared_memory_per_block_optin", 0)
+        if nbytes > most:
+            raise ValueError(f"shared_mem={nbytes} is more than this device gives one block ({most} bytes with the opt-in)")
         rt.native.function_set_max_dynamic_shared_memory(fn, nbytes)
         _smem_set[fn] = nbytes
 
