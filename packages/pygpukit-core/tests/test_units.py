@@ -41,3 +41,10 @@ def test_kernel_parameter_buffers_end_with_the_parameters():
     for dt, size in ((np.float32, 36), (np.int8, 27), (np.uint16, 30), (np.float64, 48)):
         assert _params_struct("@PPq", np.dtype(dt), False).size == size
         assert _params_struct("@PPq", np.dtype(dt), True).size == -(-size // 8) * 8
+
+
+def test_memory_gives_the_byte_helpers_publicly():
+    import pygpukit as gp
+
+    assert gp.memory.format_bytes(3 * 1024**3 // 2) == "1.50 GiB" and gp.memory.format_bytes(512) == "512 B"
+    assert gp.memory.parse_bytes("20GiB") == 20 * 1024**3

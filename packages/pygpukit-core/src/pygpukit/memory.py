@@ -22,7 +22,8 @@ import tempfile
 from typing import Any
 
 from . import _runtime
-from ._units import parse_bytes
+from ._units import format_bytes as format_bytes  # public: byte counts as gp.info() writes them
+from ._units import parse_bytes as parse_bytes  # public: "8GiB" and the like, as set_limit takes them
 
 # Block states of the Rust pool -> PyTorch's snapshot names.
 _BLOCK_STATES = {"live": "active_allocated", "pending": "active_pending_free", "cached": "inactive"}

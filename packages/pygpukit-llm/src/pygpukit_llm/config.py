@@ -170,21 +170,9 @@ class MemoryEstimate:
 
     def __str__(self) -> str:
         return (
-            f"weights {_format_bytes(self.weights_bytes)} + KV cache {_format_bytes(self.kv_cache_bytes)} + "
-            f"work {_format_bytes(self.workspace_bytes)} = {_format_bytes(self.total_bytes)}"
+            f"weights {gp.memory.format_bytes(self.weights_bytes)} + KV cache {gp.memory.format_bytes(self.kv_cache_bytes)} + "
+            f"work {gp.memory.format_bytes(self.workspace_bytes)} = {gp.memory.format_bytes(self.total_bytes)}"
         )
-
-
-def _format_bytes(n: int) -> str:
-    """A byte count as ``gp.info()`` writes one: "512 B", "1.50 KiB" and so on up to TiB."""
-    if abs(n) < 1024:
-        return f"{int(n)} B"
-    v = float(n)
-    for unit in ("KiB", "MiB", "GiB"):
-        v /= 1024
-        if abs(v) < 1024:
-            return f"{v:.2f} {unit}"
-    return f"{v / 1024:.2f} TiB"
 
 
 def estimate(directory: str | os.PathLike[str], dtype: Any = "bfloat16", max_seq_len: int | None = None, batch: int = 1) -> MemoryEstimate:
