@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections.abc import Callable, Hashable
+from collections.abc import Hashable
 from typing import Any, Generic, TypeVar
 
 K = TypeVar("K", bound=Hashable)
@@ -27,7 +27,7 @@ class PlanCache(Generic[K, P]):
     """A dict of plans with a name (for ``stats()``) and a bound on its size:
     when ``maxsize`` is reached the oldest plans go first."""
 
-    __slots__ = ("__weakref__", "_plans", "hits", "maxsize", "misses", "name")
+    __slots__ = ("__weakref__", "_plans", "maxsize", "name")
 
     def __init__(self, name: str, maxsize: int = 4096) -> None:
         if not isinstance(name, str) or not name:
@@ -37,8 +37,6 @@ class PlanCache(Generic[K, P]):
         self.name = name
         self.maxsize = maxsize
         self._plans: dict[K, P] = {}
-        self.hits = 0
-        self.misses = 0
         with _lock:
             _caches.add(self)
 
@@ -52,15 +50,6 @@ class PlanCache(Generic[K, P]):
         if len(plans) >= self.maxsize and key not in plans:
             del plans[next(iter(plans))]
         plans[key] = plan
-        return plan
-
-    def get_or_build(self, key: K, build: Callable[[], P]) -> P:
-        """The plan for ``key``, built by ``build()`` and kept on a miss."""
-        plan = self._plans.get(key)
-        if plan is None:
-            self.misses += 1
-            return self.put(key, build())
-        self.hits += 1
         return plan
 
     def clear(self) -> None:
@@ -86,10 +75,10 @@ def layout_key(a: Any, align: int = 16) -> tuple[Any, ...] | None:
 
 
 def stats() -> list[dict[str, Any]]:
-    """Every live plan cache: name, size, hits and misses of ``get_or_build``."""
+    """Every live plan cache: its name and how many plans it holds."""
     with _lock:
         caches = list(_caches)
-    return sorted(({"name": c.name, "plans": len(c), "hits": c.hits, "misses": c.misses} for c in caches), key=lambda r: r["name"])
+    return sorted(({"name": c.name, "plans": len(c)} for c in caches), key=lambda r: r["name"])
 
 
 def clear_all() -> None:

@@ -70,10 +70,13 @@ def check_eps(op: str, eps: Any) -> float:
 # -- float operands ----------------------------------------------------------------------
 
 
-def check_float(op: str, name: str, a: Any) -> None:
-    """TypeError unless ``a`` is a float16 / bfloat16 / float32 / float64 GPUArray."""
+def check_float(op: str, name: str, a: Any, optional: bool = False) -> None:
+    """TypeError unless ``a`` is a float16 / bfloat16 / float32 / float64 GPUArray
+    (or None, when ``optional``)."""
+    if a is None and optional:
+        return
     if not isinstance(a, gp.GPUArray):
-        raise TypeError(f"{op}: {name} must be a GPUArray, got {type(a).__name__}")
+        raise TypeError(f"{op}: {name} must be a GPUArray{' or None' if optional else ''}, got {type(a).__name__}")
     if a.dtype not in FLOATS:
         raise TypeError(f"{op}: {name} must be float16, bfloat16, float32 or float64, got {a.dtype}")
 

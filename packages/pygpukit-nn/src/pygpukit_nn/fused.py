@@ -27,7 +27,7 @@ from typing import Any
 import pygpukit as gp
 from pygpukit import ext
 
-from .checks import FLOATS
+from .checks import check_float
 
 
 def add_rms_norm_linear(
@@ -45,18 +45,9 @@ def swiglu_linear(gate_up: gp.GPUArray, w: gp.GPUArray, bias: gp.GPUArray | None
 # -- checks --------------------------------------------------------------------------
 
 
-def _operand(op: str, name: str, a: Any, optional: bool = False) -> None:
-    if a is None and optional:
-        return
-    if not isinstance(a, gp.GPUArray):
-        raise TypeError(f"{op}: {name} must be a GPUArray{' or None' if optional else ''}, got {type(a).__name__}")
-    if a.dtype not in FLOATS:
-        raise TypeError(f"{op}: {name} must be float16, bfloat16, float32 or float64, got {a.dtype}")
-
-
 def _check_projection(op: str, x: Any, k: int, w: Any, bias: Any) -> None:
-    _operand(op, "w", w)
-    _operand(op, "bias", bias, optional=True)
+    check_float(op, "w", w)
+    check_float(op, "bias", bias, optional=True)
     if w.ndim != 2 or w.shape[1] != k:
         raise ValueError(f"{op}: w must be (out_features, {k}), got shape {w.shape}")
     if bias is not None and bias.shape != (w.shape[0],):
@@ -68,9 +59,9 @@ def _check_projection(op: str, x: Any, k: int, w: Any, bias: Any) -> None:
 def check_add_rms_norm_linear(x: Any, residual: Any, weight: Any, eps: Any, w: Any, bias: Any = None) -> None:
     """The checks of ``add_rms_norm_linear``: TypeError / ValueError naming the argument that is wrong."""
     op = "add_rms_norm_linear"
-    _operand(op, "x", x)
-    _operand(op, "residual", residual, optional=True)
-    _operand(op, "weight", weight, optional=True)
+    check_float(op, "x", x)
+    check_float(op, "residual", residual, optional=True)
+    check_float(op, "weight", weight, optional=True)
     if residual is not None and (residual.shape != x.shape or residual.dtype != x.dtype):
         raise ValueError(f"{op}: residual must match x {x.shape} {x.dtype}, got {residual.shape} {residual.dtype}")
     k = x.shape[-1] if x.ndim else 0
@@ -84,7 +75,7 @@ def check_add_rms_norm_linear(x: Any, residual: Any, weight: Any, eps: Any, w: A
 def check_swiglu_linear(gate_up: Any, w: Any, bias: Any = None) -> None:
     """The checks of ``swiglu_linear``: TypeError / ValueError naming the argument that is wrong."""
     op = "swiglu_linear"
-    _operand(op, "gate_up", gate_up)
+    check_float(op, "gate_up", gate_up)
     if gate_up.ndim == 0 or gate_up.shape[-1] % 2:
         raise ValueError(f"{op}: gate_up must be (..., 2 * k) holding [gate, up], got shape {gate_up.shape}")
     _check_projection(op, gate_up, gate_up.shape[-1] // 2, w, bias)

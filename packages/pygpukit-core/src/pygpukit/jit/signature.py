@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import _dtypes
+from ..array import GPUArray
 
 # C type -> (struct code, dtype used for conversion)
 _SCALARS: dict[str, tuple[str, np.dtype]] = {}
@@ -126,8 +127,6 @@ class Packer:
     """
 
     def __init__(self, params: list[Param], func: str) -> None:
-        from ..array import GPUArray
-
         self.params = params
         self.func = func
         self._struct = struct.Struct("@" + "".join(p.code for p in params))
