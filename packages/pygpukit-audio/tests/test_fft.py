@@ -180,7 +180,9 @@ def test_long_row_kernel_fits_two_blocks_per_sm(need_nvrtc):
     kern, t, tpb, _ = L._block_kernel(np.dtype(np.complex64), 8192, -1, L.LD_PAIRS, L.ST_RPOST, False)
     opts = [*compiler.BASE_OPTIONS, "--gpu-architecture=sm_90", "-Xptxas=-v", *kern.options]
     log = _native.nvrtc_compile(kern.source, "fft.cu", opts, [kern.func], "cubin")[1]
-    regs = int(re.search(r"Used (\d+) registers", log).group(1))
+    used = re.search(r"Used (\d+) registers", log)
+    assert used, log
+    regs = int(used.group(1))
     assert 2 * t * tpb * regs <= 65536 and "0 bytes spill stores" in log, log
 
 

@@ -94,6 +94,7 @@ def test_torch_float8_and_cuda_array_interface(rng):
     g = gp.from_numpy(host)
     cai = g.__cuda_array_interface__
     assert cai["version"] == 3 and cai["data"][0] == g.data_ptr and cai["stream"] != 0
+    gp.synchronize()  # PyTorch ignores the interface's stream: the copy into g must be done before torch reads it
     tt = torch.as_tensor(g, device="cuda")
     assert tt.data_ptr() == g.data_ptr
     np.testing.assert_array_equal(tt.cpu().numpy(), host)

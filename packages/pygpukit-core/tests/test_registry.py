@@ -88,7 +88,10 @@ def test_keyword_arguments_non_arrays_and_stream(reg):
     np.testing.assert_array_equal(op(x).to_numpy(), np.arange(4) * 2)
     np.testing.assert_array_equal(op(x, by=3).to_numpy(), np.arange(4) * 3)
     s = gp.Stream()
-    np.testing.assert_array_equal(op(x, by=5, stream=s).to_numpy(), np.arange(4) * 5)
+    gp.synchronize()  # x was written on the current stream; s must not read it earlier
+    y = op(x, by=5, stream=s)
+    s.synchronize()  # to_numpy waits for the current stream only
+    np.testing.assert_array_equal(y.to_numpy(), np.arange(4) * 5)
     with pytest.raises(TypeError, match=r"stream must be a pygpukit\.Stream"):
         op(x, stream="s")
     assert op(3) == 6  # a non-array key argument resolves without the cache
@@ -218,7 +221,11 @@ def test_core_ops_are_registry_ops():
     with pytest.raises(AttributeError, match=r"pygpukit\.ops has no op 'nope'"):
         gp.ops.nope  # noqa: B018
     a = np.random.default_rng(0).standard_normal((3, 4)).astype(np.float32)
-    np.testing.assert_allclose(gp.matmul(gp.from_numpy(a), gp.from_numpy(a.T.copy()), stream=gp.Stream()).to_numpy(), a @ a.T, rtol=1e-5)
+    ga, gat, s = gp.from_numpy(a), gp.from_numpy(a.T.copy()), gp.Stream()
+    gp.synchronize()  # the operands were written on the current stream
+    c = gp.matmul(ga, gat, stream=s)
+    s.synchronize()
+    np.testing.assert_allclose(c.to_numpy(), a @ a.T, rtol=1e-5)
 
 
 def test_gp_route_on_core_ops():

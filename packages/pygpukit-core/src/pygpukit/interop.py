@@ -234,7 +234,12 @@ def from_dlpack(obj: Any, copy: bool | None = None) -> GPUArray:
 
 
 def cuda_array_interface(a: GPUArray) -> dict[str, Any]:
-    """``__cuda_array_interface__`` version 3 (CUDA backend only)."""
+    """``__cuda_array_interface__`` version 3 (CUDA backend only).
+
+    ``stream`` is pygpukit's current stream, which a v3 consumer must wait for
+    (Numba and CuPy do). PyTorch's ``torch.as_tensor`` ignores it: synchronize
+    first, or use DLPack, which orders the two streams.
+    """
     rt = _runtime.get()
     if rt.backend != "cuda":
         raise AttributeError("__cuda_array_interface__ exists only on the CUDA backend; use DLPack (np.from_dlpack) on the CPU")
