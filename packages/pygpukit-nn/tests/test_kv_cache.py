@@ -135,6 +135,54 @@ def test_paged_append_across_blocks(rng, block_size):
     _check_contents(cache, model, 0)
 
 
+def test_paged_views_share_blocks(rng):
+    """A server's use: a prompt written through a view of one sequence, then a
+    view of two where the second sequence holds the first's two full blocks
+    (a prefix hit) and one block of its own; both decode a token. The parent
+    cache's storage is what the views write; the views take no blocks."""
+    bs, dt = 16, gp.bfloat16
+    cache = PagedKVCache(10, bs, 2, 64, dt, batch=1, max_seq=4 * bs, num_layers=2)
+    one, two = cache.view(1), cache.view(2)
+    assert cache.free_blocks == 10 and two.block_table.shape == (2, 4)
+    model = Model(2, 2)
+    one.assign([[3, 7, 1]], [0])
+    k, v = _tokens(rng, (1, 2 * bs + 5, 2, 64), dt)
+    for layer in (0, 1):
+        one.append(gp.from_numpy(k.astype(dt)), gp.from_numpy(v.astype(dt)), layer=layer)
+        model.append(layer, k, v)
+    for layer in (0, 1):
+        model.rows[layer][1] = model.rows[layer][0][: 2 * bs]  # the shared prefix
+    two.assign([[3, 7, 1], [3, 7, 4]], [2 * bs + 5, 2 * bs])
+    k, v = _tokens(rng, (2, 1, 2, 64), dt)
+    for layer in (0, 1):
+        two.append(gp.from_numpy(k.astype(dt)), gp.from_numpy(v.astype(dt)), layer=layer)
+        model.append(layer, k, v)
+    for layer in (0, 1):
+        _check_contents(two, model, layer)
+    np.testing.assert_array_equal(two.block_table.to_numpy(), [[3, 7, 1, 0], [3, 7, 4, 0]])
+    assert cache.free_blocks == 10 and cache.max_length() == 0  # the parent's own table and lengths are untouched
+    # row 1's token 32 sits at row 0 of block 4 in the parent's storage
+    np.testing.assert_array_equal(cache.k.to_numpy()[1, 4, :, 0].astype(np.float64), _round(k[1, 0], dt))
+    # an append past what the blocks hold writes nothing
+    before = cache.k.to_numpy().copy()
+    two.assign([[3], [4]], [bs, 0])
+    with pytest.raises(ValueError, match=r"sequence 0 would hold 17 tokens, its blocks hold 16"):
+        two.append(gp.from_numpy(k.astype(dt)), gp.from_numpy(v.astype(dt)))
+    np.testing.assert_array_equal(cache.k.to_numpy(), before)
+    assert two.seq_lengths().tolist() == [bs, 0]
+    with pytest.raises(ValueError, match=r"sequence 1 must hold at most 4 block ids in \[0, 10\)"):
+        two.assign([[0], [10]], [0, 0])
+    with pytest.raises(ValueError, match=r"sequence 0's length must be an int in \[0, 16\]"):
+        two.assign([[0], []], [17, 0])
+    with pytest.raises(ValueError, match=r"blocks and lengths must have 2 entries"):
+        two.assign([[0]], [0])
+    assert two.seq_lengths().tolist() == [bs, 0]  # a refused assign changed nothing
+    fp8 = PagedKVCache(4, bs, 2, 64, dt, batch=1, max_seq=bs, kv_dtype="fp8_e4m3")
+    with pytest.raises(ValueError, match=r"needs k_scale and v_scale given"):
+        fp8.view(1)
+    assert "PagedKVCacheView(batch=2" in repr(two)
+
+
 def test_paged_reserve_and_layers(rng):
     cache = PagedKVCache(8, 16, 1, 128, gp.float16, batch=2, max_seq=64, num_layers=3)
     cache.reserve(1, 33)

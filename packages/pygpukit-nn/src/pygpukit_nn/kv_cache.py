@@ -5,6 +5,9 @@ length, advancing it) and ``kv_gather`` (a cache as contiguous
 (B, Hkv, S, D) arrays). The ops and their references are in kv_ops.py, their
 CUDA kernels in kv_kernels.py, the checks of a layer's arrays in
 kv_layout.py; this module holds the cache objects and registers the ops.
+``PagedKVCache.view(batch)`` is a second block table and set of lengths over
+a paged cache's blocks, for a caller that hands out (and shares) the blocks
+itself: a server's engine, whose batch changes at every step.
 
 Layouts, per layer: K and V of a contiguous cache are (B, Hkv, max_seq, D),
 so the keys of one (sequence, KV head) lie in one run of memory that decode
@@ -512,10 +515,86 @@ class PagedKVCache(_Cache):
             self._owned[b] = 0
         self._held = self._owned * self.block_size
 
+    def view(self, batch: int) -> PagedKVCacheView:
+        """A cache of ``batch`` sequences over this cache's blocks (the same K, V
+        and fp8 scales) with its own block table and lengths, for a caller that
+        manages the blocks itself (a server sharing blocks between requests with
+        the same prompt prefix): ``assign`` says which blocks each sequence holds.
+        Build views once and keep them (each holds a few device arrays)."""
+        return PagedKVCacheView(self, batch)
+
     def __repr__(self) -> str:
         return (f"PagedKVCache(num_blocks={self.num_blocks}, block_size={self.block_size}, num_kv_heads={self.num_kv_heads}, "
                 f"head_dim={self.head_dim}, dtype={self.dtype}, kv_dtype={self.kv_dtype}, batch={self.batch}, max_seq={self.max_seq}, "
                 f"num_layers={self.num_layers}, free_blocks={self.free_blocks})")  # fmt: skip
+
+
+class PagedKVCacheView(PagedKVCache):
+    """``PagedKVCache.view``: it never takes or gives back a block, so blocks may
+    be shared between sequences (a shared block must hold the same tokens for
+    each, which only a full, finished block can). An append past the blocks
+    ``assign`` gave a sequence is a ValueError that writes nothing. An fp8
+    parent must have its scales given (a view cannot set the shared scales)."""
+
+    def __init__(self, parent: PagedKVCache, batch: int) -> None:
+        if parent.fp8 and not parent._scaled.all():
+            raise ValueError("PagedKVCache.view: an fp8 cache needs k_scale and v_scale given at construction to have views")
+        _Cache.__init__(self, "PagedKVCacheView", batch, parent.num_kv_heads, parent.head_dim, parent.dtype, parent.num_layers, None,
+                        None, None)  # fmt: skip
+        self.kv_dtype, self.fp8 = parent.kv_dtype, parent.fp8
+        self._k_scale, self._v_scale, self._scaled = parent._k_scale, parent._v_scale, parent._scaled
+        self.parent, self.num_blocks, self.block_size, self.max_seq = parent, parent.num_blocks, parent.block_size, parent.max_seq
+        self.k, self.v = parent.k, parent.v
+        width = parent.block_table.shape[1]
+        self.block_table = gp.zeros((self.batch, width), gp.int32)
+        self._table = np.zeros((self.batch, width), np.int32)
+        self._owned = np.zeros(self.batch, np.int64)
+        self._held = np.zeros(self.batch, np.int64)
+        self._free = []
+        self._finish()
+
+    def assign(self, blocks: Any, lengths: Any) -> None:
+        """Sequence b holds ``blocks[b]`` (block ids, in token order) whose first
+        ``lengths[b]`` tokens are already written: one upload of the block table
+        and one of the lengths, for every layer. Checked before anything changes."""
+        if len(blocks) != self.batch or len(lengths) != self.batch:
+            raise ValueError(
+                f"PagedKVCacheView.assign: blocks and lengths must have {self.batch} entries, got {len(blocks)} and {len(lengths)}"
+            )
+        width = self._table.shape[1]
+        table = np.zeros_like(self._table)
+        owned = np.zeros(self.batch, np.int64)
+        for b, (row, n) in enumerate(zip(blocks, lengths)):
+            ids = np.asarray(row, dtype=np.int64)
+            if ids.ndim != 1 or ids.size > width or (ids.size and (ids.min() < 0 or ids.max() >= self.num_blocks)):
+                raise ValueError(f"PagedKVCacheView.assign: sequence {b} must hold at most {width} block ids in [0, {self.num_blocks}), "
+                                 f"got {list(row)!r}")  # fmt: skip
+            if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or not 0 <= n <= ids.size * self.block_size:
+                raise ValueError(f"PagedKVCacheView.assign: sequence {b}'s length must be an int in [0, {ids.size * self.block_size}] "
+                                 f"(what its {ids.size} blocks hold), got {n!r}")  # fmt: skip
+            table[b, : ids.size] = ids
+            owned[b] = ids.size
+        self._table[:] = table
+        self.block_table[...] = table
+        self._owned, self._held = owned, owned * self.block_size
+        self._host[:] = np.asarray(lengths, np.int64)[None, :]
+        self._lengths[...] = self._host.astype(np.int32)
+        self._top = self._host.max(axis=1).tolist()
+
+    def _grow(self, need: np.ndarray, top: int, what: str) -> None:
+        over = np.nonzero(need > self._held)[0]
+        if over.size:
+            b = int(over[0])
+            raise ValueError(f"PagedKVCacheView.{what}: sequence {b} would hold {int(need[b])} tokens, its blocks hold {int(self._held[b])}; "
+                             "a view takes no blocks (assign more); nothing was written")  # fmt: skip
+
+    def _release(self, seq: int | None) -> None:
+        rows = slice(None) if seq is None else seq
+        self._owned[rows] = 0
+        self._held = self._owned * self.block_size
+
+    def __repr__(self) -> str:
+        return f"PagedKVCacheView(batch={self.batch}, of {self.parent!r})"
 
 
 def register(registry: Any) -> None:
