@@ -19,7 +19,7 @@ from pathlib import Path
 import nox
 
 ROOT = Path(__file__).parent
-PLUGINS = ["gemm", "nn", "llm", "audio", "triton"]
+PLUGINS = ["gemm", "nn", "llm", "audio", "triton", "serve"]
 TEST_DIRS = [
     "packages/pygpukit-core/tests",
     *[f"packages/pygpukit-{p}/tests" for p in PLUGINS],
@@ -33,8 +33,9 @@ nox.options.sessions = ["tests", "rust", "lint", "docs"]
 
 def _install_packages(session: nox.Session, *extra: str) -> None:
     session.install("./packages/pygpukit-core", *extra)
-    # runtime dependencies of the plugins (installed below with --no-deps): pygpukit-llm's tokenizer side
-    session.install("tokenizers>=0.19", "jinja2>=3.1")
+    # runtime dependencies of the plugins (installed below with --no-deps): pygpukit-llm's tokenizer side,
+    # pygpukit-serve's web stack
+    session.install("tokenizers>=0.19", "jinja2>=3.1", "fastapi>=0.110", "uvicorn>=0.29")
     session.install(*[f"./packages/pygpukit-{p}" for p in PLUGINS], "--no-deps")
 
 
@@ -44,9 +45,10 @@ def tests(session: nox.Session) -> None:
     _install_packages(session)
     # transformers: the reference of the tokenizer tests; safetensors: the llm tests write model directories with it;
     # scipy, librosa, soundfile: the references of pygpukit-audio (and load's reader);
-    # triton: pygpukit-triton's kernels run in Triton's interpreter on the CPU backend (no torch, no GPU needed)
+    # triton: pygpukit-triton's kernels run in Triton's interpreter on the CPU backend (no torch, no GPU needed);
+    # openai, httpx: the clients pygpukit-serve's tests drive the server with
     session.install("pytest>=8", "pytest-timeout>=2.3", "hypothesis>=6", "transformers>=4.45", "safetensors>=0.8", "scipy>=1.11", "librosa>=0.10", "soundfile>=0.12",
-                    "triton==3.6.*")  # fmt: skip
+                    "triton==3.6.*", "openai>=1.30", "httpx>=0.27")  # fmt: skip
     env = {"PYGPUKIT_CACHE_DIR": str(ROOT / ".nox" / "kernel-cache")}
     # a test that hangs stops the run with every thread's stack (the slowest, the
     # elementwise compile, takes ~4 min on two cores); the slowest are listed

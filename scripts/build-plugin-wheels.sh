@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 rm -rf .carry/wheels
 mkdir -p .carry/wheels
-for pkg in packages/pygpukit-gemm packages/pygpukit-nn packages/pygpukit-llm packages/pygpukit-audio packages/pygpukit-triton tests-integration/example-plugin; do
+for pkg in packages/pygpukit-gemm packages/pygpukit-nn packages/pygpukit-llm packages/pygpukit-audio packages/pygpukit-triton packages/pygpukit-serve tests-integration/example-plugin; do
   python3 -m pip wheel --quiet --no-deps --wheel-dir .carry/wheels "./$pkg"
 done
 ls .carry/wheels

@@ -29,7 +29,7 @@ PYGPUKIT_PREBUILT_RT="$RT" python3 -m pip install -v --no-build-isolation --no-d
 export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
 WHEELS="$ROOT/.carry/wheels"
 PLUGIN_TESTS=()
-for plugin in gemm nn llm audio triton; do
+for plugin in gemm nn llm audio triton serve; do
   if compgen -G "$WHEELS/pygpukit_${plugin}-*.whl" > /dev/null; then
     python3 -m pip install --no-deps --no-index --target "$SITE" "$WHEELS"/pygpukit_${plugin}-*.whl >> "$OUT/install.log" 2>&1 || { tail -n 20 "$OUT/install.log"; exit 3; }
     PLUGIN_TESTS+=("$ROOT/packages/pygpukit-${plugin}/tests")

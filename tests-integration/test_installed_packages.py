@@ -9,7 +9,7 @@ import pytest
 import pygpukit
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PLUGINS = ["pygpukit_gemm", "pygpukit_nn", "pygpukit_llm", "pygpukit_audio", "pygpukit_triton"]
+PLUGINS = ["pygpukit_gemm", "pygpukit_nn", "pygpukit_llm", "pygpukit_audio", "pygpukit_triton", "pygpukit_serve"]
 
 
 def test_core_is_the_installed_wheel_with_both_native_modules():

@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[3]
 if not (ROOT / "packages").is_dir():
     pytest.skip(f"no repository around {Path(__file__).resolve()}: the plugins' sources are not here", allow_module_level=True)
 
-PLUGINS = ["gemm", "nn", "llm", "audio", "triton"]
+PLUGINS = ["gemm", "nn", "llm", "audio", "triton", "serve"]
 SOURCES = {
     **{f"pygpukit-{p}": ROOT / "packages" / f"pygpukit-{p}" / "src" for p in PLUGINS},
     "example-plugin": ROOT / "tests-integration" / "example-plugin" / "src",
