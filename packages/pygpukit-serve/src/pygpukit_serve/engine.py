@@ -45,6 +45,7 @@ import numpy as np
 import pygpukit as gp
 from pygpukit_llm import StopStrings, StreamDecoder
 from pygpukit_nn import sampling
+from pygpukit_nn.kv_cache import PagedKVCache
 
 from .blocks import BlockManager, OutOfBlocks
 from .metrics import EngineStats
@@ -63,7 +64,8 @@ class EngineConfig:
     ``block_size`` tokens (default: enough for ``max_num_seqs`` full-length
     sequences); ``max_num_batched_tokens``: tokens one step computes (prompt
     chunks plus one per decoding sequence); ``max_waiting``: requests queued
-    before new ones get 429."""
+    before new ones get 429; ``cuda_graphs``: replay the decode step as a CUDA
+    graph captured per batch size (powers of two up to ``max_num_seqs``; GPU only)."""
 
     max_num_seqs: int = 32
     max_model_len: int | None = None
@@ -72,6 +74,7 @@ class EngineConfig:
     max_num_batched_tokens: int = 512
     max_waiting: int = 256
     prefix_caching: bool = True
+    cuda_graphs: bool = True
 
     def __post_init__(self) -> None:
         for name in ("max_num_seqs", "block_size", "max_num_batched_tokens", "max_waiting"):
@@ -84,6 +87,20 @@ class EngineConfig:
 def _positive(name: str, value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"EngineConfig: {name} must be an int >= 1, got {value!r}")
+
+
+class _DecodeGraph:
+    """A decode step of ``size`` sequences captured as a CUDA graph: its view of
+    the cache (block table and lengths rewritten before each replay), its input
+    buffers and the logits it writes."""
+
+    def __init__(self, cache: PagedKVCache, size: int) -> None:
+        self.view = cache.view(size)
+        self.view.plan_capacity = True  # the same launch at every length, as a replay needs
+        self.ids = gp.zeros((size, 1), gp.int32)
+        self.positions = gp.zeros((size, 1), gp.int32)
+        self.graph: Any = None
+        self.logits: gp.GPUArray | None = None
 
 
 class _Stream:
@@ -175,6 +192,10 @@ class Engine:
         self._stopping = False
         self._cache: Any = None
         self._views: dict[int, Any] = {}
+        # decode steps captured as CUDA graphs, one per batch size of _buckets (not on the CPU backend, whose
+        # references read the cache lengths on the host, nor for MoE models, whose routing reads counts back)
+        self._graphs: dict[int, _DecodeGraph] | None = {} if cfg.cuda_graphs and gp.backend() == "cuda" and not model.spec.moe else None
+        self._buckets = sorted({*(1 << i for i in range(cfg.max_num_seqs.bit_length()) if 1 << i < cfg.max_num_seqs), cfg.max_num_seqs})
 
     # -- the event loop's side ---------------------------------------------------------
 
@@ -227,14 +248,10 @@ class Engine:
     def _main(self, task: Any, ready: queue.SimpleQueue[BaseException | None]) -> None:
         try:
             task.__enter__()
-            cfg = self.config
-            self._cache = self.model.new_cache(1, self.max_model_len, paged=True, block_size=cfg.block_size)
-            if self._cache.num_blocks != self.num_blocks:  # new_cache sizes the pool for its batch; the engine wants its own
-                from pygpukit_nn.kv_cache import PagedKVCache
-
-                mc = self.model.config
-                self._cache = PagedKVCache(self.num_blocks, cfg.block_size, mc.num_kv_heads, mc.head_dim, self.model.dtype, batch=1,
-                                           max_seq=self.max_model_len, num_layers=mc.num_layers)  # fmt: skip
+            mc = self.model.config
+            # one block more than the BlockManager hands out: the padding rows of a captured decode step write there
+            self._cache = PagedKVCache(self.num_blocks + 1, self.config.block_size, mc.num_kv_heads, mc.head_dim, self.model.dtype, batch=1,
+                                       max_seq=self.max_model_len, num_layers=mc.num_layers)  # fmt: skip
         except BaseException as exc:
             ready.put(exc)
             return
@@ -378,12 +395,45 @@ class Engine:
         n = len(seqs)
         ids = np.asarray([[s.tokens[-1]] for s in seqs], np.int32)
         positions = np.asarray([[s.computed] for s in seqs], np.int32)
-        view = self._view(n, seqs)
-        hidden = self.model.hidden_states(gp.from_numpy(ids), gp.from_numpy(positions), view, check_ids=False)
+        if self._graphs is not None:
+            logits = self._replay(seqs, ids, positions)
+        else:
+            logits = self._forward(gp.from_numpy(ids), gp.from_numpy(positions), self._view(n, seqs)).reshape(n, -1)
         for s in seqs:
             s.computed += 1
             self.blocks.commit(s.id, s.tokens[: s.computed])
-        self._sample(seqs, self.model.logits(hidden).reshape(n, -1))
+        self._sample(seqs, logits)
+
+    def _forward(self, ids: gp.GPUArray, positions: gp.GPUArray, view: Any) -> gp.GPUArray:
+        """Logits of a decode step (every row's one token)."""
+        return self.model.logits(self.model.hidden_states(ids, positions, view, check_ids=False))  # type: ignore[no-any-return]
+
+    def _replay(self, seqs: list[_Seq], ids: np.ndarray, positions: np.ndarray) -> gp.GPUArray:
+        """The decode step of the smallest captured batch size that holds ``seqs``
+        (captured at its first use); the rows past them decode token 0 into the
+        scratch block, and their logits are left out."""
+        n = len(seqs)
+        size = next(b for b in self._buckets if b >= n)
+        g = self._graphs.get(size)  # type: ignore[union-attr]
+        if g is None:
+            g = self._graphs[size] = _DecodeGraph(self._cache, size)  # type: ignore[index]
+        pad = size - n
+        g.view.assign(
+            [*(self.blocks.blocks(s.id) for s in seqs), *([[self.num_blocks]] * pad)], [*(s.computed for s in seqs), *([0] * pad)]
+        )
+        g.ids[...] = np.pad(ids, ((0, pad), (0, 0)))
+        g.positions[...] = np.pad(positions, ((0, pad), (0, 0)))
+        if g.graph is None:
+            try:
+                with g.view.capturing(), gp.graph() as graph:
+                    g.logits = self._forward(g.ids, g.positions, g.view).reshape(size, -1)
+            except gp.GraphCaptureError:  # an op without a capturable implementation here: decode eagerly from now on
+                log.warning("model %s: the decode step cannot be captured as a CUDA graph; decoding eagerly", self.name)
+                self._graphs = None
+                return self._forward(gp.from_numpy(ids), gp.from_numpy(positions), self._view(n, seqs)).reshape(n, -1)
+            g.graph = graph
+        g.graph.replay()
+        return g.logits[:n]  # type: ignore[index]
 
     # -- sampling and what the requests get ---------------------------------------------
 
