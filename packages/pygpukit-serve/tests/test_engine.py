@@ -9,6 +9,8 @@ import asyncio
 import threading
 
 import pytest
+
+import pygpukit as gp
 from serve_testing import greedy
 
 from pygpukit_serve.engine import Engine, EngineConfig
@@ -207,3 +209,53 @@ def test_queue_bound_abort_and_a_failing_request(model):
     finally:
         gate.open.set()
         engine.stop()
+
+
+class Recorder(Gate):
+    """The tiny model, recording the (batch, tokens) of every forward."""
+
+    def __init__(self, model):
+        super().__init__(model)
+        self.open.set()
+        self.shapes = []
+
+    def hidden_states(self, ids, *a, **kw):
+        self.shapes.append(ids.shape)
+        return super().hidden_states(ids, *a, **kw)
+
+
+def test_schedule_of_chunked_prefill_beside_decode(model):
+    """An 8-token budget, two slots: A's 20-token prompt goes in chunks of 8, 8, 4,
+    B's 5 tokens get the 4 left of the third step's budget; B's last prompt
+    token then rides in the batched decode step with A (one token pending is
+    one token pending). Every forward is accounted for."""
+    rec = Recorder(model)
+    engine = Engine(rec, "recorded", EngineConfig(max_model_len=64, max_num_seqs=2, max_num_batched_tokens=8, prefix_caching=False))
+    engine.start()
+    try:
+
+        async def main():
+            a = engine.add_request("a", list(range(10, 30)), params(3))
+            b = engine.add_request("b", list(range(40, 45)), params(3))
+            return [o async for o in a], [o async for o in b]
+
+        a, b = asyncio.run(main())
+    finally:
+        engine.stop()
+    assert tokens(a) == greedy(model, list(range(10, 30)), 3) and tokens(b) == greedy(model, list(range(40, 45)), 3)
+    assert rec.shapes == [
+        (1, 8),  # A 0..8; B admitted, no budget left
+        (1, 8),  # A 8..16
+        (1, 4),  # A 16..20: A's first token
+        (1, 4),  # B 0..4, the rest of the budget
+        (2, 1),  # A's second token; B's last prompt token gives B's first
+        (2, 1),  # A's third (A ends), B's second
+        (1, 1),  # B's third
+    ]
+
+
+def test_engine_runs_in_a_scheduler_task(engine_of):
+    engine = engine_of()
+    tasks = {t.name: t for t in gp.scheduler.snapshot().tasks}
+    assert tasks["serve:tiny"].state == "running" and tasks["serve:tiny"].qos == "burstable"
+    assert engine.stats().kv_blocks_total == engine.num_blocks
