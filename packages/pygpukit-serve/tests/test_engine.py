@@ -9,10 +9,9 @@ import asyncio
 import threading
 
 import pytest
-
-import pygpukit as gp
 from serve_testing import greedy
 
+import pygpukit as gp
 from pygpukit_serve.engine import Engine, EngineConfig
 from pygpukit_serve.types import QueueFull, SamplingParams, ServeError
 
