@@ -28,6 +28,9 @@ PYGPUKIT_PREBUILT_RT="$RT" python3 -m pip install -v --no-build-isolation --no-d
   ./packages/pygpukit-core > "$OUT/install.log" 2>&1 || { tail -n 60 "$OUT/install.log"; exit 3; }
 export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
 WHEELS="$ROOT/.carry/wheels"
+if [ -d "$WHEELS/deps" ]; then  # pygpukit-serve's dependencies (scripts/build-plugin-wheels.sh downloads them)
+  python3 -m pip install --no-index --find-links "$WHEELS/deps" --target "$SITE" fastapi uvicorn openai httpx >> "$OUT/install.log" 2>&1 || { tail -n 20 "$OUT/install.log"; exit 3; }
+fi
 PLUGIN_TESTS=()
 for plugin in gemm nn llm audio triton serve; do
   if compgen -G "$WHEELS/pygpukit_${plugin}-*.whl" > /dev/null; then
