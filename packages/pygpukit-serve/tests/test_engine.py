@@ -13,7 +13,7 @@ from serve_testing import greedy
 
 import pygpukit as gp
 from pygpukit_serve.engine import Engine, EngineConfig
-from pygpukit_serve.types import QueueFull, SamplingParams, ServeError
+from pygpukit_serve.types import QueueFull, SamplingParams, ServeError, Unavailable
 
 PROMPTS = ["the quick brown fox", "a b c d e f g h i j k l m n o p q r s t u v w x y z " * 3, "hello", "one two three four five six"]
 
@@ -258,3 +258,24 @@ def test_engine_runs_in_a_scheduler_task(engine_of):
     tasks = {t.name: t for t in gp.scheduler.snapshot().tasks}
     assert tasks["serve:tiny"].state == "running" and tasks["serve:tiny"].qos == "burstable"
     assert engine.stats().kv_blocks_total == engine.num_blocks
+
+
+def test_a_stopped_engine_answers_503(model):
+    gate = Gate(model)
+    engine = Engine(gate, "stopping", EngineConfig(max_model_len=64))
+    engine.start()
+
+    async def main():
+        stream = engine.add_request("a", [1, 2, 3], params(5))
+        await asyncio.to_thread(gate.entered.wait, 10)  # "a" is inside a step when the engine is told to stop
+        stopper = asyncio.create_task(asyncio.to_thread(engine.stop))
+        await asyncio.sleep(0)
+        gate.open.set()
+        await stopper
+        with pytest.raises(Unavailable, match="model 'stopping' stopped") as e:
+            [o async for o in stream]
+        assert e.value.status == 503
+        with pytest.raises(Unavailable, match="model 'stopping' is not running"):
+            engine.add_request("b", [1], params(1))
+
+    asyncio.run(main())

@@ -50,7 +50,7 @@ from pygpukit_nn.kv_cache import PagedKVCache
 from .blocks import BlockManager, OutOfBlocks
 from .metrics import EngineStats
 from .protocol import token_text
-from .types import Output, QueueFull, SamplingParams, ServeError, TokenLogprob
+from .types import Output, QueueFull, SamplingParams, ServeError, TokenLogprob, Unavailable
 
 __all__ = ["Engine", "EngineConfig"]
 
@@ -207,7 +207,7 @@ class Engine:
             raise ServeError(f"this model's context is {self.max_model_len} tokens; the prompt has {n} and max_tokens asks for "
                              f"{params.max_tokens} more ({n + params.max_tokens} in all)", "max_tokens", "context_length_exceeded")  # fmt: skip
         if self._thread is None or not self._thread.is_alive():
-            raise ServeError(f"model {self.name!r} is not running", None, "engine_stopped")
+            raise Unavailable(f"model {self.name!r} is not running", None, "engine_stopped")
         with self._lock:
             if self._queued >= self.config.max_waiting:
                 raise QueueFull(f"model {self.name!r} has {self._queued} requests waiting (the limit); retry later")
@@ -266,7 +266,7 @@ class Engine:
                 self.step()
         finally:
             for seq in [*self._waiting, *self._running]:
-                seq.stream.put(ServeError(f"model {self.name!r} stopped", None, "engine_stopped"))
+                seq.stream.put(Unavailable(f"model {self.name!r} stopped", None, "engine_stopped"))
             task.__exit__(None, None, None)
 
     # -- one step --------------------------------------------------------------------------

@@ -26,6 +26,13 @@ class QueueFull(ServeError):
     kind = "rate_limit_exceeded"
 
 
+class Unavailable(ServeError):
+    """The model's engine is not running (stopped, or its step thread died)."""
+
+    status = 503
+    kind = "service_unavailable"
+
+
 class NotFound(ServeError):
     """An unknown model (or route)."""
 
