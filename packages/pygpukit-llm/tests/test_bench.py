@@ -96,3 +96,24 @@ def test_measure_transformers_without_torch_or_gpu_is_none(tmp_path):
     if gp.backend() == "cuda":
         pytest.skip("the GPU machine has torch and transformers: bench-llm runs them there")
     assert bench.measure_transformers(bench.random_checkpoint(tmp_path / "m", "tiny-llama")) is None
+
+
+def test_large_random_checkpoints_go_one_file_per_layer(tmp_path, monkeypatch):
+    """Past _ONE_FILE_BYTES a checkpoint is a file per layer and its large tensors windows of one pool;
+    it loads like the one-file form, and checkpoint_nbytes is what the files hold."""
+    small = bench.random_checkpoint(tmp_path / "one", "tiny-llama", seed=2)
+    monkeypatch.setattr(bench, "_ONE_FILE_BYTES", 0)
+    monkeypatch.setattr(bench, "_POOL", 1 << 12)
+    big = bench.random_checkpoint(tmp_path / "many", "tiny-llama", seed=2)
+    files = sorted(p.name for p in big.glob("*.safetensors"))
+    layers = bench.SHAPES["tiny-llama"]["num_hidden_layers"]
+    assert files == [f"model-{n:05d}-of-{layers + 1:05d}.safetensors" for n in range(layers + 1)]
+    assert [p.name for p in small.glob("*.safetensors")] == ["model.safetensors"]
+    ckpt = pygpukit_llm.Checkpoint(big)
+    assert ckpt.nbytes() == bench.checkpoint_nbytes("tiny-llama")
+    up = ckpt.numpy("model.layers.0.mlp.up_proj.weight").astype("float32")  # 32768 values > the pool: a window of it
+    assert up.std() == pytest.approx(0.02, rel=0.1) and len(set(up.ravel().tolist())) <= 1 << 12
+    model = pygpukit_llm.load(big, "float32", progress=False)
+    assert model.config.num_layers == layers
+    with pytest.raises(ValueError, match="shape must be one of"):
+        bench.random_checkpoint(tmp_path / "x", "nope")

@@ -45,7 +45,7 @@ from .generate import GenerationConfig, generate_ids
 from .model import QUANTIZE, QuantizedLinear, load
 from .safetensors import Checkpoint, save_file
 
-__all__ = ["SHAPES", "breakdown", "main", "measure", "random_checkpoint", "step_bytes"]
+__all__ = ["SHAPES", "breakdown", "checkpoint_nbytes", "main", "measure", "random_checkpoint", "step_bytes"]
 
 # config.json of the issue's reference shapes (Qwen2-0.5B and TinyLlama-1.1B), as transformers writes them
 SHAPES: dict[str, dict[str, Any]] = {
@@ -61,6 +61,12 @@ SHAPES: dict[str, dict[str, Any]] = {
         "max_position_embeddings": 4096, "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "tie_word_embeddings": False,
         "hidden_act": "silu", "bos_token_id": 1, "eos_token_id": 2, "attention_bias": False, "mlp_bias": False,
     },
+    "llama-8b": {  # Llama-3-8B
+        "model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 4096, "intermediate_size": 14336,
+        "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 128256,
+        "max_position_embeddings": 8192, "rms_norm_eps": 1e-5, "rope_theta": 500000.0, "tie_word_embeddings": False,
+        "hidden_act": "silu", "bos_token_id": 128000, "eos_token_id": 128001, "attention_bias": False, "mlp_bias": False,
+    },
     "tiny-llama": {  # for the CPU backend
         "model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 128, "intermediate_size": 256,
         "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1, "vocab_size": 512,
@@ -70,40 +76,65 @@ SHAPES: dict[str, dict[str, Any]] = {
 }  # fmt: skip
 
 
-def _tensor_shapes(cfg: dict[str, Any]) -> dict[str, tuple[int, ...]]:
+def _tensor_shapes(cfg: dict[str, Any]) -> list[dict[str, tuple[int, ...]]]:
+    """The checkpoint's tensor shapes: embeddings, final norm and head, then one group per layer."""
     h, i, v = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"]
     heads, kv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
     d = cfg.get("head_dim") or h // heads
-    shapes: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (v, h), "model.norm.weight": (h,)}
+    first: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (v, h), "model.norm.weight": (h,)}
     if not cfg["tie_word_embeddings"]:
-        shapes["lm_head.weight"] = (v, h)
+        first["lm_head.weight"] = (v, h)
+    groups = [first]
     for n in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{n}."
-        shapes |= {p + "input_layernorm.weight": (h,), p + "post_attention_layernorm.weight": (h,)}
-        shapes |= {p + "self_attn.q_proj.weight": (heads * d, h), p + "self_attn.k_proj.weight": (kv * d, h)}
-        shapes |= {p + "self_attn.v_proj.weight": (kv * d, h), p + "self_attn.o_proj.weight": (h, heads * d)}
+        layer = {p + "input_layernorm.weight": (h,), p + "post_attention_layernorm.weight": (h,)}
+        layer |= {p + "self_attn.q_proj.weight": (heads * d, h), p + "self_attn.k_proj.weight": (kv * d, h)}
+        layer |= {p + "self_attn.v_proj.weight": (kv * d, h), p + "self_attn.o_proj.weight": (h, heads * d)}
         if cfg["model_type"] == "qwen2":
-            shapes |= {p + f"self_attn.{x}_proj.bias": (n_ * d,) for x, n_ in (("q", heads), ("k", kv), ("v", kv))}
-        shapes |= {p + "mlp.gate_proj.weight": (i, h), p + "mlp.up_proj.weight": (i, h), p + "mlp.down_proj.weight": (h, i)}
-    return shapes
+            layer |= {p + f"self_attn.{x}_proj.bias": (n_ * d,) for x, n_ in (("q", heads), ("k", kv), ("v", kv))}
+        layer |= {p + "mlp.gate_proj.weight": (i, h), p + "mlp.up_proj.weight": (i, h), p + "mlp.down_proj.weight": (h, i)}
+        groups.append(layer)
+    return groups
 
 
-def random_checkpoint(directory: str | os.PathLike[str], shape: str, seed: int = 0, std: float = 0.02) -> Path:
-    """A bfloat16 checkpoint of ``shape`` (a key of SHAPES) with random weights
-    (N(0, std); norms 1), written as config.json + model.safetensors."""
-    if shape not in SHAPES:
-        raise ValueError(f"shape must be one of {', '.join(SHAPES)}, got {shape!r}")
-    cfg = dict(SHAPES[shape], torch_dtype="bfloat16")
+def checkpoint_nbytes(shape: str | dict[str, Any]) -> int:
+    """The bfloat16 weights' bytes of ``shape`` (a key of SHAPES or a config.json dict)."""
+    cfg = SHAPES[shape] if isinstance(shape, str) else shape
+    return 2 * sum(math.prod(s) for group in _tensor_shapes(cfg) for s in group.values())
+
+
+# a checkpoint above this is written one file per layer (host memory holds one layer at a time), and its
+# large tensors are windows of one pool of normals: drawing billions would take minutes, and no timing
+# depends on the values
+_ONE_FILE_BYTES = 1 << 31
+_POOL = 1 << 22
+
+
+def random_checkpoint(directory: str | os.PathLike[str], shape: str | dict[str, Any], seed: int = 0, std: float = 0.02) -> Path:
+    """A bfloat16 checkpoint of ``shape`` (a key of SHAPES, or a config.json dict
+    of a Llama or Qwen2 model) with random weights (N(0, std); norms 1),
+    written as config.json + model.safetensors (one file per layer when it is
+    over 2 GiB)."""
+    if isinstance(shape, str) and shape not in SHAPES:
+        raise ValueError(f"shape must be one of {', '.join(SHAPES)} or a config dict, got {shape!r}")
+    cfg = dict(SHAPES[shape] if isinstance(shape, str) else shape, torch_dtype="bfloat16")
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
-    tensors = {}
-    for name, shp in _tensor_shapes(cfg).items():
-        if name.endswith("norm.weight"):
-            tensors[name] = np.ones(shp, gp.bfloat16)
-        else:
-            tensors[name] = (rng.standard_normal(shp, dtype=np.float32) * std).astype(gp.bfloat16)
-    save_file(tensors, out / "model.safetensors", {"format": "pt"})
+    groups = _tensor_shapes(cfg)
+    large = checkpoint_nbytes(cfg) > _ONE_FILE_BYTES
+    pool = (rng.standard_normal(_POOL, dtype=np.float32) * std).astype(gp.bfloat16) if large else None
+    files = [groups] if not large else [[g] for g in groups]
+    for n, file_groups in enumerate(files):
+        tensors = {}
+        for name, shp in ((k, v) for g in file_groups for k, v in g.items()):
+            if name.endswith("norm.weight"):
+                tensors[name] = np.ones(shp, gp.bfloat16)
+            elif pool is not None and math.prod(shp) > _POOL:
+                tensors[name] = np.resize(np.roll(pool, int(rng.integers(_POOL))), shp)
+            else:
+                tensors[name] = (rng.standard_normal(shp, dtype=np.float32) * std).astype(gp.bfloat16)
+        save_file(tensors, out / ("model.safetensors" if not large else f"model-{n:05d}-of-{len(files):05d}.safetensors"), {"format": "pt"})
     (out / "config.json").write_text(json.dumps(cfg, indent=2))
     return out
 

@@ -25,3 +25,13 @@ def _serve(argv: list[str]) -> int:
 @hookimpl
 def pygpukit_register_commands(registry: Any) -> None:
     registry.register("serve", _serve, description="serve models over an OpenAI-compatible HTTP API")
+
+
+@hookimpl
+def pygpukit_register_benchmarks(registry: Any) -> None:
+    def run(rec: Any, quick: bool) -> None:  # imports the suite (the engine, pygpukit-llm) only when it runs
+        from .benchmarks import serve
+
+        serve.run(rec, quick)
+
+    registry.register("serve", run, description="the engine under closed-loop and Poisson loads (tok/s, TTFT, ITL) against generate")
