@@ -213,9 +213,10 @@ def test_queue_bound_abort_and_a_failing_request(model):
 class Recorder(Gate):
     """The tiny model, recording the (batch, tokens) of every forward."""
 
-    def __init__(self, model):
+    def __init__(self, model, closed=False):
         super().__init__(model)
-        self.open.set()
+        if not closed:
+            self.open.set()
         self.shapes = []
 
     def hidden_states(self, ids, *a, **kw):
@@ -279,3 +280,32 @@ def test_a_stopped_engine_answers_503(model):
             engine.add_request("b", [1], params(1))
 
     asyncio.run(main())
+
+
+def test_new_prompts_prefill_in_one_ragged_forward(model):
+    """Three prompts that arrive while a step runs go in together: one forward of
+    3 rows padded to the longest, each appending its own count; the tokens are
+    generate's for each alone."""
+    rec = Recorder(model, closed=True)
+    engine = Engine(rec, "ragged", EngineConfig(max_model_len=64, max_num_seqs=4, prefix_caching=False))
+    engine.start()
+    prompts = [list(range(3, 9)), list(range(20, 31)), list(range(40, 43))]
+    try:
+
+        async def main():
+            first = engine.add_request("x", [5, 6], params(1))
+            await asyncio.to_thread(rec.entered.wait, 10)  # the engine is inside x's step
+            streams = [engine.add_request(f"p{i}", p, params(4)) for i, p in enumerate(prompts)]
+            rec.open.set()
+            [o async for o in first]
+            outs = []
+            for st in streams:
+                outs.append([o async for o in st])
+            return outs
+
+        outs = asyncio.run(main())
+    finally:
+        engine.stop()
+    for p, o in zip(prompts, outs):
+        assert tokens(o) == greedy(model, p, 4)
+    assert rec.shapes[:2] == [(1, 2), (3, 11)] and rec.shapes[2:] == [(3, 1)] * 3

@@ -10,8 +10,10 @@ Each step:
    BlockManager (blocks.py) gives each prompt its blocks, reusing the blocks
    of an identical prompt prefix already in the cache (prefix caching);
 3. runs the prompt tokens still to compute, in chunks within a per-step token
-   budget (``max_num_batched_tokens``), one forward per prompt, so a long
-   prompt does not stall the running sequences for more than a chunk;
+   budget (``max_num_batched_tokens``), so a long prompt does not stall the
+   running sequences for more than a chunk: the chunks of prompts starting at
+   token 0 in one right-padded forward, those after cached tokens (a prefix
+   hit, a long prompt's later chunks) one forward each;
 4. decodes one token for every running sequence in one batched forward over
    a view of the paged KV cache (pygpukit_nn's ``PagedKVCache.view``: the
    batch changes every step, the blocks stay where they are);
@@ -135,7 +137,7 @@ class _Seq:
 
     def __init__(self, rid: str, prompt: list[int], params: SamplingParams, stream: _Stream, tokenizer: Any, order: int) -> None:
         self.id, self.prompt, self.params, self.stream, self.order = rid, prompt, params, stream, order
-        self.out: list[int] = []
+        self.tokens = list(prompt)  # the prompt, then each generated token
         self.computed = 0  # tokens whose K and V are in the cache
         self.cached = 0  # prompt tokens the prefix cache gave
         self.decoder = StreamDecoder(tokenizer)
@@ -145,13 +147,24 @@ class _Seq:
         self.last_token: float | None = None
 
     @property
-    def tokens(self) -> list[int]:
-        return self.prompt + self.out
+    def out(self) -> list[int]:
+        return self.tokens[len(self.prompt) :]
+
+    @property
+    def generated(self) -> int:
+        return len(self.tokens) - len(self.prompt)
 
     @property
     def pending(self) -> int:
         """Tokens to run through the model before the next one can be sampled."""
-        return len(self.prompt) + len(self.out) - self.computed
+        return len(self.tokens) - self.computed
+
+    def advance(self, blocks: BlockManager, n: int) -> None:
+        """``n`` more tokens' K and V are in the cache: blocks they filled become shareable."""
+        size = blocks.block_size
+        self.computed += n
+        if self.computed // size > (self.computed - n) // size:
+            blocks.commit(self.id, self.tokens[: self.computed])
 
 
 class Engine:
@@ -314,19 +327,23 @@ class Engine:
             self._waiting.popleft()
             self._admitted(seq)
             seq.computed = self.blocks.allocate(seq.id, tokens)
-            if not seq.out:
+            if not seq.generated:
                 seq.cached = seq.computed
                 self._stats.record_prefix_cache(len(tokens), seq.computed)
             self._running.append(seq)
         decoding = [s for s in self._running if s.pending == 1]
         budget -= len(decoding)
-        prefilling = [s for s in self._running if s.pending > 1]
-        for seq in prefilling:
+        fresh, resumed = [], []  # prompt chunks from token 0 (batched), and after cached tokens (one by one)
+        for seq in (s for s in self._running if s.pending > 1):
             if budget <= 0:
                 break
             chunk = min(seq.pending, budget)
             budget -= chunk
-            self._guarded([seq], self._prefill, seq, chunk)
+            (resumed if seq.computed else fresh).append((seq, chunk))
+        if fresh:
+            self._guarded([s for s, _ in fresh], self._prefill, fresh)
+        for item in resumed:
+            self._guarded([item[0]], self._prefill, [item])
         decoding = [s for s in decoding if s in self._running]
         if decoding:
             decoding = self._make_room(decoding)
@@ -380,16 +397,28 @@ class Engine:
         view.assign([self.blocks.blocks(s.id) for s in seqs], [s.computed for s in seqs])
         return view
 
-    def _prefill(self, seq: _Seq, chunk: int) -> None:
-        start = seq.computed
-        ids = np.asarray(seq.tokens[start : start + chunk], np.int32)[None, :]
-        view = self._view(1, [seq])
-        positions = gp.arange(start, start + chunk, dtype=gp.int32)
-        hidden = self.model.hidden_states(gp.from_numpy(ids), positions, view, check_ids=False)
-        seq.computed += chunk
-        self.blocks.commit(seq.id, seq.tokens[: seq.computed])
-        if seq.pending == 0:  # the prompt is in: its last position gives the first token
-            self._sample([seq], self.model.logits(hidden[:, -1:]).reshape(1, -1))
+    def _prefill(self, items: list[tuple[_Seq, int]]) -> None:
+        """Prompt chunks (sequence, tokens): several sequences from token 0 in one
+        right-padded forward that appends each row's count, or one sequence's
+        chunk after its cached tokens (attention over a cache takes one length a
+        batch). A sequence whose prompt is then in samples its first token."""
+        seqs, counts = [s for s, _ in items], [c for _, c in items]
+        b, t, start = len(items), max(counts), seqs[0].computed
+        ids = np.zeros((b, t), np.int32)
+        for r, (seq, c) in enumerate(items):
+            ids[r, :c] = seq.tokens[seq.computed : seq.computed + c]
+        ragged = np.asarray(counts) if min(counts) != t else None
+        hidden = self.model.hidden_states(gp.from_numpy(ids), gp.arange(start, start + t, dtype=gp.int32), self._view(b, seqs), ragged,
+                                          check_ids=False)  # fmt: skip
+        done = []
+        for r, (seq, c) in enumerate(items):
+            seq.advance(self.blocks, c)
+            if seq.pending == 0:
+                done.append(r)
+        if done:  # each finished prompt's last position gives its first token
+            rows = gp.from_numpy(np.asarray([r * t + counts[r] - 1 for r in done], np.int64))
+            last = gp.take(hidden.reshape(b * t, -1), rows, axis=0, mode="clip")
+            self._sample([seqs[r] for r in done], self.model.logits(last))
 
     def _decode(self, seqs: list[_Seq]) -> None:
         n = len(seqs)
@@ -400,8 +429,7 @@ class Engine:
         else:
             logits = self._forward(gp.from_numpy(ids), gp.from_numpy(positions), self._view(n, seqs)).reshape(n, -1)
         for s in seqs:
-            s.computed += 1
-            self.blocks.commit(s.id, s.tokens[: s.computed])
+            s.advance(self.blocks, 1)
         self._sample(seqs, logits)
 
     def _forward(self, ids: gp.GPUArray, positions: gp.GPUArray, view: Any) -> gp.GPUArray:
@@ -479,7 +507,7 @@ class Engine:
 
     def _deliver(self, seq: _Seq, token: int, logprob: TokenLogprob | None, now: float) -> None:
         p = seq.params
-        seq.out.append(token)
+        seq.tokens.append(token)
         st = self._stats
         st.record_generated(1)
         if seq.last_token is None:
@@ -497,12 +525,12 @@ class Engine:
         if finish is None:
             if token in self.eos and not p.ignore_eos:
                 finish = "stop"
-            elif len(seq.out) >= p.max_tokens or len(seq.prompt) + len(seq.out) >= self.max_model_len:
+            elif seq.generated >= p.max_tokens or len(seq.tokens) >= self.max_model_len:
                 finish = "length"
             if finish is not None:
                 tail = seq.decoder.flush()
                 text += (seq.stops.feed(tail) + seq.stops.flush()) if seq.stops is not None else tail
-        out = Output(text, [token], len(seq.prompt), len(seq.out), seq.cached, None if logprob is None else [logprob], finish,
+        out = Output(text, [token], len(seq.prompt), seq.generated, seq.cached, None if logprob is None else [logprob], finish,
                      [token_text(self.tokenizer, seq.tokens[-2], token)] if logprob is not None else [])  # fmt: skip
         seq.stream.put(out)
         if finish is not None:
@@ -514,7 +542,7 @@ class Engine:
         self.blocks.free(seq.id)
         self._stats.record_finished(reason)
         if reason == "abort":  # an in-process caller iterating the stream sees it end
-            seq.stream.put(Output("", [], len(seq.prompt), len(seq.out), seq.cached, None, "abort"))
+            seq.stream.put(Output("", [], len(seq.prompt), seq.generated, seq.cached, None, "abort"))
 
 
 def _penalized(p: SamplingParams) -> bool:
