@@ -333,7 +333,9 @@ class Engine:
             self._running.append(seq)
         decoding = [s for s in self._running if s.pending == 1]
         budget -= len(decoding)
-        fresh, resumed = [], []  # prompt chunks from token 0 (batched), and after cached tokens (one by one)
+        # prompt chunks from token 0 (batched), and after cached tokens (one by one)
+        fresh: list[tuple[_Seq, int]] = []
+        resumed: list[tuple[_Seq, int]] = []
         for seq in (s for s in self._running if s.pending > 1):
             if budget <= 0:
                 break
