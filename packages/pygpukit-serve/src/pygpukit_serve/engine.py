@@ -73,7 +73,7 @@ class EngineConfig:
     max_model_len: int | None = None
     block_size: int = 16
     num_blocks: int | None = None
-    max_num_batched_tokens: int = 512
+    max_num_batched_tokens: int = 2048
     max_waiting: int = 256
     prefix_caching: bool = True
     cuda_graphs: bool = True

@@ -90,7 +90,7 @@ class Plan:
     qos_concurrency: tuple[int, int]
     qos_requests: int  # the guaranteed model's, alone and then beside the other
     parts: tuple[str, ...] = PARTS  # which parts run: "loops" (1 and 2), "prefix" (3), "qos" (4)
-    batched_tokens: int = 512  # EngineConfig.max_num_batched_tokens (the engine's default)
+    batched_tokens: int = EngineConfig.max_num_batched_tokens  # the engine's default
     block_size: int = 16
 
 
