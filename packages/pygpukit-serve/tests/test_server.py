@@ -5,7 +5,6 @@ uvicorn (127.0.0.1, a free port), driven by the openai client; and
 from __future__ import annotations
 
 import asyncio
-import os
 import re
 import subprocess
 import sys
@@ -149,10 +148,8 @@ def test_split_argv_groups_options_by_model():
     ]
 
 
-def _serve(*args, **kw):
-    env = {**os.environ, "PYGPUKIT_BACKEND": os.environ.get("PYGPUKIT_BACKEND", "cpu")}
-    return subprocess.Popen([sys.executable, "-m", "pygpukit", "serve", *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, **kw)  # fmt: skip
+def _serve(*args):
+    return subprocess.Popen([sys.executable, "-m", "pygpukit", "serve", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 def test_pygpukit_serve_command(model_path, tmp_path, model):
