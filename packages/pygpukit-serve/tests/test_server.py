@@ -5,6 +5,8 @@ uvicorn (127.0.0.1, a free port), driven by the openai client; and
 from __future__ import annotations
 
 import asyncio
+import json
+import os
 import re
 import subprocess
 import sys
@@ -148,18 +150,22 @@ def test_split_argv_groups_options_by_model():
     ]
 
 
-def _serve(*args):
-    return subprocess.Popen([sys.executable, "-m", "pygpukit", "serve", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+def _serve(*args, env=None):
+    return subprocess.Popen([sys.executable, "-m", "pygpukit", "serve", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env)  # fmt: skip
 
 
-def test_pygpukit_serve_command(model_path, tmp_path, model):
+def test_pygpukit_serve_command_with_two_models(model_path, tmp_path, model):
+    """Two models in one process, each in its own partition and tier, as ``pygpukit top`` sees them."""
     import socket
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    proc = _serve("--port", str(port), "--model", str(model_path), "--name", "qwen", "--dtype", "float32", "--max-model-len", "128",
-                  "--qos", "guaranteed", "--memory", "1GiB")  # fmt: skip
+    env = {**os.environ, "PYGPUKIT_RUN_DIR": str(tmp_path)}
+    common = ["--dtype", "float32", "--max-model-len", "128"]
+    proc = _serve("--port", str(port), "--model", str(model_path), "--name", "qwen", *common, "--qos", "guaranteed", "--memory", "1GiB",
+                  "--model", str(model_path), "--name", "other", *common, "--qos", "best_effort", env=env)  # fmt: skip
     try:
         url = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 120
@@ -171,11 +177,20 @@ def test_pygpukit_serve_command(model_path, tmp_path, model):
                 time.sleep(0.1)
         assert proc.poll() is None, proc.communicate()[1]
         c = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=TIMEOUT)
-        assert [m.id for m in c.models.list().data] == ["qwen"]
-        r = c.completions.create(model="qwen", prompt="hello there", max_tokens=4, **GREEDY)
-        assert r.choices[0].text == model.tokenizer.decode(
-            greedy(model, model.tokenizer.encode("hello there", add_special_tokens=False), 4)
-        )
+        assert [m.id for m in c.models.list().data] == ["qwen", "other"]
+        want = model.tokenizer.decode(greedy(model, model.tokenizer.encode("hello there", add_special_tokens=False), 4))
+        for name in ("qwen", "other"):
+            assert c.completions.create(model=name, prompt="hello there", max_tokens=4, **GREEDY).choices[0].text == want
+        published, tasks = tmp_path / f"{proc.pid}.json", {}
+        while len(tasks) < 2 and time.monotonic() < deadline:  # the scheduler publishes its snapshot once a second
+            time.sleep(0.1)
+            if published.exists():
+                snap = json.loads(published.read_text())["snapshot"]
+                tasks = {t["name"]: (t["qos"], t["partition"], t["state"]) for t in snap["tasks"]}
+        assert tasks["serve:qwen"] == ("guaranteed", "serve:qwen", "running")
+        assert tasks["serve:other"] == ("best_effort", "serve:other", "running")
+        quotas = {p["name"]: p["quota"] for p in snap["partitions"]}
+        assert quotas["serve:qwen"] == 1 << 30 and quotas["serve:other"] is None
     finally:
         proc.terminate()
         proc.communicate(timeout=30)

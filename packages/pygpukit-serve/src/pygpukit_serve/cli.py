@@ -41,7 +41,7 @@ def _model_parser() -> argparse.ArgumentParser:
         help="a partition of its own with this quota, also the model's reservation (e.g. 20GiB; "
         "the KV cache and activations: the weights load before); needed by --qos guaranteed",
     )
-    p.add_argument("--compute", type=float, default=1.0, help="the partition's compute share in (0, 1] (with --memory)")
+    p.add_argument("--compute", type=float, default=1.0, help="the partition's compute share in (0, 1]")
     p.add_argument("--max-num-seqs", type=int, default=EngineConfig.max_num_seqs)
     p.add_argument("--max-model-len", type=int)
     p.add_argument("--block-size", type=int, default=EngineConfig.block_size)
@@ -83,11 +83,10 @@ def _load(opts: argparse.Namespace) -> tuple[str, Engine, dict[str, Any]]:
                        max_num_batched_tokens=opts.max_num_batched_tokens, max_waiting=opts.max_waiting,
                        prefix_caching=not opts.no_prefix_caching)  # fmt: skip
     model = load(path, opts.dtype, max_seq_len=cfg.max_model_len, progress=False)
-    task: dict[str, Any] = {"qos": opts.qos}
-    if opts.memory is not None:  # a partition of its own, whose quota is also the task's reservation
-        gp.scheduler.partition(f"serve:{name}", memory=opts.memory, compute=opts.compute)
-        task.update(partition=f"serve:{name}", memory=None if opts.qos == "best_effort" else opts.memory)
-    return name, Engine(model, name, cfg), task
+    # a partition of its own (pygpukit top lists it), whose quota is also the task's reservation
+    gp.scheduler.partition(f"serve:{name}", memory=opts.memory, compute=opts.compute)
+    memory = None if opts.qos == "best_effort" else opts.memory
+    return name, Engine(model, name, cfg), {"qos": opts.qos, "partition": f"serve:{name}", "memory": memory}
 
 
 def main(argv: list[str]) -> int:
