@@ -10,13 +10,12 @@ Rust pool (through its host driver table) and ops run on NumPy.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._errors import CudaError, NVRTCError
-from ._units import parse_bytes
+from . import _env
+from ._errors import BackendError, CudaError, NVRTCError
 from .jit import nvrtc
 
 
@@ -35,6 +34,7 @@ class Runtime:
 
 _lock = threading.Lock()
 _runtime: Runtime | None = None
+BACKENDS = ("auto", "cpu", "cuda")  # PYGPUKIT_BACKEND: auto falls back to the CPU without a usable GPU, cuda refuses to
 
 
 def get() -> Runtime:
@@ -44,13 +44,8 @@ def get() -> Runtime:
     return _init()
 
 
-def _memory_limit() -> int | None:
-    env = os.environ.get("PYGPUKIT_MEMORY_LIMIT")
-    return parse_bytes(env) if env else None
-
-
 def _try_cuda() -> tuple[Runtime | None, str]:
-    if os.environ.get("PYGPUKIT_BACKEND", "").lower() == "cpu":
+    if _env.choice("PYGPUKIT_BACKEND", BACKENDS, "auto") == "cpu":
         return None, "PYGPUKIT_BACKEND=cpu"
     try:
         from . import _native  # here: its ImportError is a reason to fall back, not a failure
@@ -71,11 +66,14 @@ def _try_cuda() -> tuple[Runtime | None, str]:
         return None, f"NVRTC JIT compiler not available: {exc}"
     from . import _rt  # the native modules load on first use, not with `import pygpukit`
 
-    device = int(os.environ.get("PYGPUKIT_DEVICE", "0"))
+    device = _env.integer("PYGPUKIT_DEVICE", 0)
+    if device >= _native.device_count():
+        raise _env.EnvironmentVariableError(f"environment variable PYGPUKIT_DEVICE={device}: this machine has "
+                                            f"{_native.device_count()} CUDA device(s), numbered from 0")  # fmt: skip
     _native.set_device(device)
     props = _native.device_properties(device)
     stream = _native.stream_create(0, True)
-    limit = _memory_limit()
+    limit = _env.nbytes("PYGPUKIT_MEMORY_LIMIT")
     # The scheduler's capacity: the pool limit, else the device's memory.
     pool = _rt.Pool(_native.driver_table(), limit, capacity=limit if limit is not None else props["total_memory"])
     _native.set_launch_gate(pool.scheduler().launch_gate())
@@ -101,11 +99,13 @@ def _init() -> Runtime:
         if _runtime is not None:
             return _runtime
         rt, reason = _try_cuda()
+        if rt is None and _env.choice("PYGPUKIT_BACKEND", BACKENDS, "auto") == "cuda":
+            raise BackendError(f"PYGPUKIT_BACKEND=cuda, but CUDA is not usable here: {reason}")
         if rt is None:
             from . import _rt  # as in _try_cuda: loaded on first use
 
             logging.getLogger("pygpukit").warning("Falling back to CPU simulation backend: %s", reason)
-            limit = _memory_limit()
+            limit = _env.nbytes("PYGPUKIT_MEMORY_LIMIT")
             rt = Runtime(backend="cpu", reason=reason, pool=_rt.Pool(_rt.host_table(), limit, capacity=limit))
             from ._backend.cpu import CpuOps  # as CudaOps in _try_cuda: loaded on first use
 

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import math
 import operator
-import os
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from . import _dtypes, _runtime
+from . import _dtypes, _env, _runtime
 from .array import GPUArray, broadcast_to, from_parts
 from .creation import arange, asarray, zeros
 from .registry import builtin
@@ -110,7 +109,7 @@ def _linear(x: GPUArray, w: GPUArray, bias: GPUArray | None = None) -> GPUArray:
 linear = builtin("linear", _linear, nkey=2)
 
 _PRECISIONS = {"highest": "highest", "ieee": "highest", "tf32": "tf32", "high": "tf32"}
-_precision = ["tf32" if os.environ.get("PYGPUKIT_ALLOW_TF32", "") == "1" else "highest"]
+_precision = ["tf32" if _env.flag("PYGPUKIT_ALLOW_TF32", False) else "highest"]
 
 
 def set_matmul_precision(precision: str) -> None:

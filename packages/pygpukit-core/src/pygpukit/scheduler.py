@@ -29,6 +29,7 @@ import contextvars
 import functools
 import inspect
 import json
+import logging
 import math
 import os
 import sys
@@ -41,7 +42,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import numpy as np
 
-from . import _context, _dtypes, _runtime
+from . import _context, _dtypes, _env, _runtime
 from ._errors import SchedulerError
 from ._units import parse_bytes
 from .array import EvictableArray
@@ -512,18 +513,23 @@ def publish_once(directory: Path | None = None) -> Path:
 def start_publisher(interval: float = 1.0) -> bool:
     """Start the publishing thread once per process (unless PYGPUKIT_PUBLISH=0)."""
     global _publisher
-    if os.environ.get("PYGPUKIT_PUBLISH", "1") == "0":
+    if not _env.flag("PYGPUKIT_PUBLISH", True):
         return False
     with _publish_lock:
         if _publisher is not None and _publisher.is_alive():
             return True
 
         def loop() -> None:
+            warned = False
             while True:
                 try:
                     publish_once()
-                except Exception:  # a full or unwritable disk must not break the program
-                    pass
+                except Exception as exc:  # a full or unwritable disk must not break the program: say it once
+                    if not warned:
+                        warned = True
+                        logging.getLogger("pygpukit").warning(
+                            "cannot publish the scheduler snapshot for pygpukit top in %s (PYGPUKIT_RUN_DIR): %s", run_dir(), exc
+                        )
                 time.sleep(interval)
 
         _publisher = threading.Thread(target=loop, name="pygpukit-publish", daemon=True)

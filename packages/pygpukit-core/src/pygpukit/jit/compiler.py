@@ -12,6 +12,7 @@ import os
 import sys
 import time
 
+from .. import _env
 from .._errors import CompileError
 from . import cache, nvrtc
 from .cache import Binary
@@ -22,7 +23,7 @@ BASE_OPTIONS = ("-std=c++17", f"--include-path={INCLUDE_DIR}")
 
 
 def debug_enabled() -> bool:
-    return os.environ.get("PYGPUKIT_JIT_DEBUG", "") not in ("", "0")
+    return _env.flag("PYGPUKIT_JIT_DEBUG", False)
 
 
 def choose_target(sm: int, arch_suffix: str = "") -> tuple[str, str]:

@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-import os
 import re
 import struct
 from collections.abc import Callable, Sequence
 
-from .. import _runtime
+from .. import _env, _runtime
 from .._errors import BackendError
 from ..streams import current_stream_handle
 from . import compiler, module, signature
 
 # PYGPUKIT_DEPENDENT_LAUNCH=0 launches dependent_launch kernels normally (to compare, or to rule it out).
-DEPENDENT_LAUNCH = os.environ.get("PYGPUKIT_DEPENDENT_LAUNCH", "1") != "0"
+DEPENDENT_LAUNCH = _env.flag("PYGPUKIT_DEPENDENT_LAUNCH", True)
 
 
 def _dim3(value: int | Sequence[int], what: str) -> tuple[int, int, int]:

@@ -83,6 +83,10 @@ def load_all(registry: OpRegistry) -> None:
                 state.status = "disabled (PYGPUKIT_DISABLE_PLUGINS)"
             else:
                 _activate(state)
+        unknown = sorted(off - set(_states) - {s.name for s in _explicit})
+        if unknown:  # most likely a typo: the plugin it meant is running
+            warnings.warn(f"PYGPUKIT_DISABLE_PLUGINS names no installed plugin: {', '.join(unknown)} (installed: "
+                          f"{', '.join(sorted(_states)) or 'none'})", PluginWarning, stacklevel=3)  # fmt: skip
 
 
 def _load_and_activate(state: PluginState) -> None:
