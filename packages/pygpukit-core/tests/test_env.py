@@ -31,22 +31,22 @@ def test_flag(monkeypatch, value, want):
 
 def test_bad_values_name_the_variable(monkeypatch):
     monkeypatch.setenv("PYGPUKIT_TEST_X", "maybe")
-    with pytest.raises(_env.EnvironmentVariableError, match=r"environment variable PYGPUKIT_TEST_X='maybe': expected 1/0, true/false"):
+    with pytest.raises(gp.EnvironmentVariableError, match=r"environment variable PYGPUKIT_TEST_X='maybe': expected 1/0, true/false"):
         _env.flag("PYGPUKIT_TEST_X", False)
-    with pytest.raises(_env.EnvironmentVariableError, match=r"PYGPUKIT_TEST_X='maybe': expected one of auto, cpu, cuda"):
+    with pytest.raises(gp.EnvironmentVariableError, match=r"PYGPUKIT_TEST_X='maybe': expected one of auto, cpu, cuda"):
         _env.choice("PYGPUKIT_TEST_X", ("auto", "cpu", "cuda"), "auto")
-    with pytest.raises(_env.EnvironmentVariableError, match=r"PYGPUKIT_TEST_X='maybe': expected an integer >= 0"):
+    with pytest.raises(gp.EnvironmentVariableError, match=r"PYGPUKIT_TEST_X='maybe': expected an integer >= 0"):
         _env.integer("PYGPUKIT_TEST_X", 0)
-    with pytest.raises(_env.EnvironmentVariableError, match=r"PYGPUKIT_TEST_X='maybe': expected a byte size"):
+    with pytest.raises(gp.EnvironmentVariableError, match=r"PYGPUKIT_TEST_X='maybe': expected a byte size"):
         _env.nbytes("PYGPUKIT_TEST_X")
     monkeypatch.setenv("PYGPUKIT_TEST_X", "-1")
-    with pytest.raises(_env.EnvironmentVariableError, match=r"expected an integer >= 0"):
+    with pytest.raises(gp.EnvironmentVariableError, match=r"expected an integer >= 0"):
         _env.integer("PYGPUKIT_TEST_X", 0)
     monkeypatch.setenv("PYGPUKIT_TEST_X", " CPU ")
     assert _env.choice("PYGPUKIT_TEST_X", ("auto", "cpu"), "auto") == "cpu"
     monkeypatch.setenv("PYGPUKIT_TEST_X", "2GiB")
     assert _env.nbytes("PYGPUKIT_TEST_X") == 2 << 30 and _env.integer("PYGPUKIT_TEST_Y_UNSET", 7) == 7
-    assert issubclass(_env.EnvironmentVariableError, gp.PyGPUkitError) and issubclass(_env.EnvironmentVariableError, ValueError)
+    assert issubclass(gp.EnvironmentVariableError, gp.PyGPUkitError) and issubclass(gp.EnvironmentVariableError, ValueError)
 
 
 @pytest.mark.parametrize(

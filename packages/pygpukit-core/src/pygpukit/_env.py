@@ -8,15 +8,11 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
-from ._errors import PyGPUkitError
+from ._errors import EnvironmentVariableError
 from ._units import parse_bytes
 
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
-
-
-class EnvironmentVariableError(PyGPUkitError, ValueError):
-    """A PYGPUKIT_* environment variable holds a value pygpukit cannot use."""
 
 
 def _raw(name: str) -> str | None:

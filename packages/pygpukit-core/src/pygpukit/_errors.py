@@ -75,6 +75,10 @@ class BackendError(PyGPUkitError, RuntimeError):
     """An operation needs a backend that is not available (for example NVRTC on CPU)."""
 
 
+class EnvironmentVariableError(PyGPUkitError, ValueError):
+    """A PYGPUKIT_* environment variable holds a value pygpukit cannot use."""
+
+
 class GraphCaptureError(PyGPUkitError, RuntimeError):
     """A graph capture broke one of its rules (a host synchronization inside
     ``with gp.graph():``, nested captures), or a graph was used before capture."""

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import _env
-from ._errors import BackendError, CudaError, NVRTCError
+from ._errors import BackendError, CudaError, EnvironmentVariableError, NVRTCError
 from .jit import nvrtc
 
 
@@ -68,7 +68,7 @@ def _try_cuda() -> tuple[Runtime | None, str]:
 
     device = _env.integer("PYGPUKIT_DEVICE", 0)
     if device >= _native.device_count():
-        raise _env.EnvironmentVariableError(f"environment variable PYGPUKIT_DEVICE={device}: this machine has "
+        raise EnvironmentVariableError(f"environment variable PYGPUKIT_DEVICE={device}: this machine has "
                                             f"{_native.device_count()} CUDA device(s), numbered from 0")  # fmt: skip
     _native.set_device(device)
     props = _native.device_properties(device)
