@@ -455,12 +455,28 @@ impl PyScheduler {
     /// Everything the scheduler knows, as plain dicts and lists.
     fn snapshot<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let counters = self.shared.sched.pacer().counters();
-        self.shared.sched.with_state(|st, ev| {
+        // Copied under the scheduler's lock, made into Python objects after it: making them may run the
+        // garbage collector, whose finalizers may release the GIL to a thread that waits for this lock
+        // while holding the GIL (an allocation): a deadlock.
+        let (capacity, committed, all_partitions, all_tasks, queue, ev) =
+            self.shared.sched.with_state(|st, ev| {
+                let tasks: Vec<_> = st.tasks.values().cloned().collect();
+                let queue: Vec<u64> = st.queue.iter().copied().collect();
+                (
+                    st.capacity,
+                    st.committed,
+                    st.partitions.clone(),
+                    tasks,
+                    queue,
+                    *ev,
+                )
+            });
+        {
             let out = PyDict::new(py);
-            out.set_item("capacity", st.capacity)?;
-            out.set_item("committed", st.committed)?;
+            out.set_item("capacity", capacity)?;
+            out.set_item("committed", committed)?;
             let parts = PyList::empty(py);
-            for p in &st.partitions {
+            for p in &all_partitions {
                 let d = PyDict::new(py);
                 d.set_item("name", &p.name)?;
                 d.set_item("quota", p.quota)?;
@@ -472,12 +488,12 @@ impl PyScheduler {
             }
             out.set_item("partitions", parts)?;
             let tasks = PyList::empty(py);
-            for t in st.tasks.values() {
+            for t in &all_tasks {
                 let d = PyDict::new(py);
                 d.set_item("id", t.id)?;
                 d.set_item("name", &t.name)?;
                 d.set_item("qos", t.qos.name())?;
-                d.set_item("partition", &st.partitions[t.partition].name)?;
+                d.set_item("partition", &all_partitions[t.partition].name)?;
                 d.set_item("state", t.state.name())?;
                 d.set_item("reservation", t.reservation)?;
                 d.set_item("limit", t.effective_limit())?;
@@ -504,7 +520,7 @@ impl PyScheduler {
                 tasks.append(d)?;
             }
             out.set_item("tasks", tasks)?;
-            out.set_item("queue", st.queue.iter().copied().collect::<Vec<u64>>())?;
+            out.set_item("queue", queue)?;
             let e = PyDict::new(py);
             e.set_item("evictions", ev.evictions)?;
             e.set_item("restores", ev.restores)?;
@@ -512,7 +528,7 @@ impl PyScheduler {
             e.set_item("restored_bytes", ev.restored_bytes)?;
             out.set_item("eviction", e)?;
             Ok(out)
-        })
+        }
     }
 
     /// The launch gate for `pygpukit._native.set_launch_gate` (lives for the process).
