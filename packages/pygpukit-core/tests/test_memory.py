@@ -89,6 +89,21 @@ def test_out_of_memory_with_limit():
     del keep
 
 
+def test_available_bytes_is_free_plus_cached_within_the_limit():
+    if gp.backend() != "cuda":
+        assert gp.memory.available_bytes() is None
+        return
+    a = gp.empty((1 << 20,), gp.float32)
+    free = gp.memory.available_bytes()
+    assert 0 < free <= gp.info().free_memory + gp.memory.stats()["cached_bytes"]
+    try:
+        gp.memory.set_limit(gp.memory.stats()["allocated_bytes"] + (8 << 20))
+        assert gp.memory.available_bytes() == 8 << 20
+    finally:
+        gp.memory.set_limit(None)
+    del a
+
+
 def test_set_limit_validates():
     with pytest.raises(ValueError):
         gp.memory.set_limit("lots")

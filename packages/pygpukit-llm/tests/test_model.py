@@ -84,9 +84,7 @@ def test_bad_directories_and_options(tiny, tmp_path, monkeypatch):
 
 
 def test_memory_is_checked_before_allocating(tiny, monkeypatch):
-    import pygpukit_llm.model as model_mod
-
-    monkeypatch.setattr(model_mod, "_available_bytes", lambda: 1000)
+    monkeypatch.setattr(gp.memory, "available_bytes", lambda: 1000)
     before = gp.memory.stats()["allocated_bytes"]
     with pytest.raises(LoadError, match=r"has only .* free; nothing was allocated"):
         pygpukit_llm.load(tiny)

@@ -20,11 +20,11 @@ from pygpukit_serve.types import Output, QueueFull, SamplingParams, ServeError, 
 
 SPECIALS = ["[UNK]", "<|im_start|>", "<|im_end|>"]
 # marker words steer the fake: see FakeEngine
-WORDS = ["system", "user", "assistant", "tool", "hello", "world", "the", "quick", "brown", "café", "jumps", "over", "lazy", "dog"]
+WORDS = ["system", "user", "assistant", "tool", "hello", "world", "the", "quick", "brown", "caf\u00e9", "jumps", "over", "lazy", "dog"]
 MARKERS = ["hold", "stall", "boom", "crash", "busy"]
 # the fake's answer to anything, then EOS (or again and again with ignore_eos)
-REPLY = ["the", "quick", "brown", "café", "jumps", "over"]
-REPLY_TEXT = "the quick brown café jumps over"
+REPLY = ["the", "quick", "brown", "caf\u00e9", "jumps", "over"]
+REPLY_TEXT = "the quick brown caf\u00e9 jumps over"
 
 TEMPLATE = (
     "{% if messages[0]['role'] == 'tool' %}{{ raise_exception('a conversation cannot start with a tool message') }}{% endif %}"

@@ -142,7 +142,7 @@ def test_chat_sampling_params_reach_the_engine(client, fakes):
 @pytest.mark.parametrize(
     ("extra", "text", "finish", "tokens"),
     [
-        ({"stop": ["café", "never"]}, "the quick brown ", "stop", 4),
+        ({"stop": ["caf\u00e9", "never"]}, "the quick brown ", "stop", 4),
         ({"max_tokens": 8, "extra_body": {"ignore_eos": True}}, REPLY_TEXT + " the quick", "length", 8),
     ],
 )
@@ -179,9 +179,9 @@ def test_chat_stream_raw_without_usage(server):
 def test_chat_logprobs(client):
     r = client.chat.completions.create(model="tiny", messages=USER, logprobs=True, top_logprobs=2, max_tokens=4)
     content = r.choices[0].logprobs.content
-    assert [c.token for c in content] == ["the", " quick", " brown", " café"]
+    assert [c.token for c in content] == ["the", " quick", " brown", " caf\u00e9"]
     assert [c.logprob for c in content] == [-0.5, -1.0, -1.5, -2.0]
-    assert content[3].bytes == list(" café".encode())
+    assert content[3].bytes == list(" caf\u00e9".encode())
     # the fake's alternatives: the chosen token, then WORDS[i], each as it reads after the token before
     assert [(t.token, t.logprob) for t in content[1].top_logprobs] == [(" quick", -1.0), (" " + WORDS[1], -2.0)]
     assert [t.bytes for t in content[0].top_logprobs] == [list(b" the"), list((" " + WORDS[0]).encode())]
@@ -210,7 +210,7 @@ def test_completion_prompt_forms(client, fakes, tok, form):
 def test_completion_logprobs_stream_and_not(client):
     whole = client.completions.create(model="tiny", prompt="hello", logprobs=2, max_tokens=4)
     lp = whole.choices[0].logprobs
-    assert lp.tokens == ["the", " quick", " brown", " café"]
+    assert lp.tokens == ["the", " quick", " brown", " caf\u00e9"]
     assert lp.token_logprobs == [-0.5, -1.0, -1.5, -2.0]
     assert lp.text_offset == [0, 3, 9, 15]
     # the sampled token is always among the alternatives
@@ -222,7 +222,7 @@ def test_completion_logprobs_stream_and_not(client):
         )
     )
     *body, last = chunks
-    assert "".join(c.choices[0].text for c in body) == "the quick brown café"
+    assert "".join(c.choices[0].text for c in body) == "the quick brown caf\u00e9"
     assert body[-1].choices[0].finish_reason == "length" and last.choices == [] and last.usage.completion_tokens == 4
     for key in ("tokens", "token_logprobs", "top_logprobs", "text_offset"):
         assert [x for c in body for x in getattr(c.choices[0].logprobs, key)] == getattr(lp, key), key

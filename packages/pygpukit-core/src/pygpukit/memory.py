@@ -62,6 +62,17 @@ def get_limit() -> int | None:
     return _runtime.get().pool.limit
 
 
+def available_bytes() -> int | None:
+    """Bytes the pool can still hand out: the device's free memory plus what the
+    pool holds cached, within the pool's limit. None on the CPU backend."""
+    rt = _runtime.get()
+    if rt.backend != "cuda":
+        return None
+    s = rt.pool.stats()
+    free = rt.native.mem_get_info()[0] + s["cached_bytes"]
+    return free if rt.pool.limit is None else min(free, rt.pool.limit - s["allocated_bytes"])
+
+
 def record_history(enabled: bool = True, max_entries: int = 100_000, stacks: bool = True) -> None:
     """Start recording the pool's events (alloc, free, segment map/unmap, oom),
     keeping the newest ``max_entries``; with ``stacks`` each alloc and free

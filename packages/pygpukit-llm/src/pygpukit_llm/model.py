@@ -358,7 +358,7 @@ def load(
     except SafetensorsError as exc:
         raise LoadError(str(exc)) from None
     need = estimate(path, name, min(max_seq_len or 4096, cfg.max_position_embeddings), batch)
-    free = _available_bytes()
+    free = gp.memory.available_bytes()
     if free is not None and need.total_bytes > free:
         raise LoadError(f"{path.name} needs {need} but the device has only {free / 2**30:.2f} GiB free; nothing was allocated")
     total = sum(ckpt.info(n).nbytes for n in ckpt.keys())
@@ -379,18 +379,6 @@ def load(
         raise LoadError(f"{path.name}: {len(extra)} tensors are not used by the {cfg.model_type} architecture, e.g. {extra[:3]}")
     model.tokenizer = tokenizer
     return model
-
-
-def _available_bytes() -> int | None:
-    """Bytes the pool can still hand out: the device's free memory plus what the
-    pool holds cached, within the pool's limit. None on the CPU backend."""
-    info = gp.info()
-    if info.backend != "cuda" or info.free_memory is None:
-        return None
-    stats = gp.memory.stats()
-    free = info.free_memory + stats["cached_bytes"]
-    limit = gp.memory.get_limit()
-    return free if limit is None else min(free, limit - stats["allocated_bytes"])
 
 
 def _check_names(cfg: ModelConfig, w: _Weights) -> None:

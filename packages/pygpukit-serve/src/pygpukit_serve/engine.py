@@ -33,7 +33,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import itertools
 import logging
 import queue
 import threading
@@ -135,8 +134,9 @@ class _Stream:
 class _Seq:
     """A request inside the engine."""
 
-    def __init__(self, rid: str, prompt: list[int], params: SamplingParams, stream: _Stream, tokenizer: Any, order: int) -> None:
-        self.id, self.prompt, self.params, self.stream, self.order = rid, prompt, params, stream, order
+    def __init__(self, rid: str, prompt: list[int], params: SamplingParams, stream: _Stream, tokenizer: Any) -> None:
+        self.id, self.prompt, self.params, self.stream = rid, prompt, params, stream
+        self.queued = True  # counted in Engine._queued until first admitted (a preempted one comes back uncounted)
         self.tokens = list(prompt)  # the prompt, then each generated token
         self.computed = 0  # tokens whose K and V are in the cache
         self.cached = 0  # prompt tokens the prefix cache gave
@@ -197,7 +197,6 @@ class Engine:
         self._wake = threading.Event()
         self._lock = threading.Lock()
         self._queued = 0  # requests added and not yet admitted (the bound of max_waiting)
-        self._order = itertools.count()
         self._waiting: collections.deque[_Seq] = collections.deque()
         self._running: list[_Seq] = []
         self._sampler = gp.random.Generator()
@@ -226,7 +225,7 @@ class Engine:
                 raise QueueFull(f"model {self.name!r} has {self._queued} requests waiting (the limit); retry later")
             self._queued += 1
         stream = _Stream(request_id)
-        self._commands.put(("add", _Seq(request_id, list(prompt_ids), params, stream, self.tokenizer, next(self._order))))
+        self._commands.put(("add", _Seq(request_id, list(prompt_ids), params, stream, self.tokenizer)))
         self._wake.set()
         return stream
 
@@ -310,10 +309,10 @@ class Engine:
                 return
 
     def _admitted(self, seq: _Seq) -> None:
-        if seq.order >= 0:  # a preempted sequence comes back with order -1: it was counted once
+        if seq.queued:
             with self._lock:
                 self._queued -= 1
-            seq.order = -1
+            seq.queued = False
 
     def step(self) -> None:
         cfg = self.config
@@ -356,7 +355,7 @@ class Engine:
     def _publish(self) -> None:
         """The gauges of /metrics: after every step, and after commands (an abort frees blocks without a step)."""
         with self._lock:  # added but not admitted, and preempted ones back in the queue
-            self._stats.waiting = self._queued + sum(1 for s in self._waiting if s.order < 0)
+            self._stats.waiting = self._queued + sum(1 for s in self._waiting if not s.queued)
         self._stats.running = len(self._running)
         self._stats.kv_blocks_used = self.blocks.used_blocks
 

@@ -203,15 +203,8 @@ def _work_bytes(cfg: dict[str, Any], tokens: int) -> int:
 def _fits(what: str, need: int) -> bool:
     """Whether ``need`` bytes fit in the device's free memory (and the pool's
     limit); prints why not. Always on the CPU backend."""
-    info = gp.info()
-    if info.backend != "cuda" or info.free_memory is None:
-        return True
-    stats = gp.memory.stats()
-    free = info.free_memory + stats["cached_bytes"]
-    limit = gp.memory.get_limit()
-    if limit is not None:
-        free = min(free, limit - stats["allocated_bytes"])
-    if need <= free:
+    free = gp.memory.available_bytes()
+    if free is None or need <= free:
         return True
     print(f"  skipped {what}: it needs about {gp.memory.format_bytes(need)} of device memory, "
           f"{gp.memory.format_bytes(free)} is free", flush=True)  # fmt: skip
